@@ -1,0 +1,128 @@
+"""init/shutdown and topology queries (rank, size, ...), backed by the C runtime."""
+import atexit
+import ctypes
+
+from tfring import _lib
+
+_atexit_registered = False
+
+
+def init(comm=None, process_sets=None):
+    """Starts tfring on MPI_COMM_WORLD, or on `comm` (an mpi4py communicator or a list of world ranks)."""
+    global _atexit_registered
+    if process_sets:
+        raise NotImplementedError("tfring: process_sets are not supported; pass comm=<mpi4py communicator>")
+    _, c = _lib.load()
+    _lib.prepare_mpi_environment()
+    from mpi4py import MPI  # initializes MPI (THREAD_MULTIPLE) and finalizes it at interpreter exit
+    if comm is None:
+        handle = -1
+    elif isinstance(comm, MPI.Comm):
+        if comm == MPI.COMM_NULL:
+            raise ValueError("tfring.init: comm=MPI.COMM_NULL; this process is not in the communicator")
+        handle = comm.py2f()
+    elif isinstance(comm, (list, tuple)):
+        world = MPI.COMM_WORLD
+        bad = [r for r in comm if not isinstance(r, int) or not 0 <= r < world.size]
+        if bad or not comm:
+            raise ValueError("tfring.init: comm=%r must be a non-empty list of ranks in [0, %d)" % (comm, world.size))
+        sub = world.Create_group(world.group.Incl(sorted(set(comm))))
+        if sub == MPI.COMM_NULL:
+            raise ValueError("tfring.init: this process (world rank %d) is not in comm=%r" % (world.rank, comm))
+        handle = sub.py2f()
+    else:
+        raise TypeError("tfring.init: comm must be an mpi4py communicator or a list of ranks, got %r" % (comm,))
+    err = ctypes.create_string_buffer(1024)
+    if c.tfring_init(handle, err, len(err)) != 0:
+        raise RuntimeError(err.value.decode())
+    if not _atexit_registered:
+        atexit.register(shutdown)  # runs before mpi4py's MPI_Finalize
+        _atexit_registered = True
+
+
+def shutdown():
+    """Stops the background thread; pending collectives on every rank fail with an error."""
+    if _lib._c is not None:
+        _lib._c.tfring_shutdown()
+
+
+def is_initialized():
+    return _lib._c is not None and bool(_lib._c.tfring_is_initialized())
+
+
+def _query(fn):
+    if not is_initialized():
+        raise ValueError("tfring has not been initialized; call tfring.init() first")
+    return getattr(_lib._c, fn)()
+
+
+def size():
+    return _query("tfring_size")
+
+
+def rank():
+    return _query("tfring_rank")
+
+
+def local_size():
+    return _query("tfring_local_size")
+
+
+def local_rank():
+    return _query("tfring_local_rank")
+
+
+def cross_size():
+    return _query("tfring_cross_size")
+
+
+def cross_rank():
+    return _query("tfring_cross_rank")
+
+
+def is_homogeneous():
+    return bool(_query("tfring_is_homogeneous"))
+
+
+def mpi_threads_supported():
+    return bool(_query("tfring_mpi_threads_supported"))
+
+
+def _built(what):
+    _, c = _lib.load()
+    return bool(c.tfring_built(what.encode()))
+
+
+def mpi_built():
+    return _built("mpi")
+
+
+def mpi_enabled():
+    return mpi_built()
+
+
+def nccl_built():
+    return _built("nccl")
+
+
+def gloo_built():
+    return False
+
+
+def cuda_built():
+    return _built("cuda")
+
+
+def rocm_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def knob_table():
+    """[(name, type, default, doc)] of every TFRING_* setting (HOROVOD_* names are aliases)."""
+    _, c = _lib.load()
+    rows = c.tfring_knob_table().decode().strip().splitlines()
+    return [tuple(r.split("|", 3)) for r in rows]

@@ -1,0 +1,62 @@
+#include "c_api.h"
+
+#include <cstring>
+#include <string>
+
+#include "env.h"
+#include "runtime.h"
+
+#ifndef TFRING_TF_VERSION
+#define TFRING_TF_VERSION "unknown"
+#endif
+
+using tfring::Runtime;
+
+extern "C" {
+
+int tfring_init(int64_t comm_f, char* err, int err_len) {
+  tfring::Status s = Runtime::Get().Init(comm_f);
+  if (s.ok()) return 0;
+  if (err && err_len > 0) {
+    std::strncpy(err, s.message().c_str(), err_len - 1);
+    err[err_len - 1] = '\0';
+  }
+  return 1;
+}
+
+void tfring_shutdown() { Runtime::Get().Shutdown(); }
+int tfring_is_initialized() { return Runtime::Get().initialized() ? 1 : 0; }
+
+#define TFR_TOPOLOGY_GETTER(fn, field) \
+  int fn() { return Runtime::Get().initialized() ? Runtime::Get().topology().field : -1; }
+TFR_TOPOLOGY_GETTER(tfring_rank, rank)
+TFR_TOPOLOGY_GETTER(tfring_size, size)
+TFR_TOPOLOGY_GETTER(tfring_local_rank, local_rank)
+TFR_TOPOLOGY_GETTER(tfring_local_size, local_size)
+TFR_TOPOLOGY_GETTER(tfring_cross_rank, cross_rank)
+TFR_TOPOLOGY_GETTER(tfring_cross_size, cross_size)
+TFR_TOPOLOGY_GETTER(tfring_is_homogeneous, homogeneous)
+TFR_TOPOLOGY_GETTER(tfring_mpi_threads_supported, threads_supported)
+
+int tfring_built(const char* what) {
+  std::string w = what ? what : "";
+  if (w == "mpi") return 1;
+#ifdef TFRING_HAVE_NCCL
+  if (w == "nccl" || w == "cuda") return 1;
+#endif
+  return 0;
+}
+
+const char* tfring_built_tf_version() { return TFRING_TF_VERSION; }
+
+const char* tfring_knob_table() {
+  static std::string rows;
+  if (rows.empty()) {
+    static const char* types[] = {"int", "double", "bool", "string"};
+    for (const auto& k : tfring::KnobTable())
+      rows += std::string(k.name) + "|" + types[static_cast<int>(k.type)] + "|" + k.default_value + "|" + k.doc + "\n";
+  }
+  return rows.c_str();
+}
+
+}  // extern "C"

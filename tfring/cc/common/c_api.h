@@ -1,0 +1,22 @@
+// C entry points used by the Python package through ctypes (on the same shared library as the ops).
+#pragma once
+#include <cstdint>
+
+extern "C" {
+// Returns 0 on success; on failure writes a message into err (size err_len).
+int tfring_init(int64_t comm_f, char* err, int err_len);
+void tfring_shutdown();
+int tfring_is_initialized();
+// -1 when not initialized.
+int tfring_rank();
+int tfring_size();
+int tfring_local_rank();
+int tfring_local_size();
+int tfring_cross_rank();
+int tfring_cross_size();
+int tfring_is_homogeneous();
+int tfring_mpi_threads_supported();
+int tfring_built(const char* what);  // "mpi", "nccl", "gloo", "cuda"
+const char* tfring_built_tf_version();
+const char* tfring_knob_table();       // "name|type|default|doc\n" rows
+}

@@ -1,0 +1,123 @@
+#include "controller.h"
+
+#include <set>
+
+namespace tfring {
+namespace {
+constexpr uint64_t kNotShutdown = 1, kNoUncached = 2, kNotJoined = 4;
+}
+
+Controller::Controller(Transport& transport, TensorQueue& queue, int64_t cache_capacity)
+    : transport_(transport), queue_(queue), cache_(cache_capacity) {
+  if (transport_.rank() == 0) coordinator_.reset(new Coordinator(transport_.size()));
+}
+
+Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
+  out->responses.clear();
+  std::vector<Request> uncached = std::move(resend_);
+  resend_.clear();
+  std::set<uint32_t> invalid;
+  for (Request& r : queue_.PopNewRequests()) {
+    r.rank = transport_.rank();
+    if (r.op == OpType::JOIN) joined_ = true;
+    uint32_t pos = 0;
+    auto found = cache_.enabled() ? cache_.Find(r, &pos) : ResponseCache::Lookup::MISS;
+    if (found == ResponseCache::Lookup::HIT && !cached_pending_.count(pos)) {
+      cached_pending_[pos] = r;
+      continue;
+    }
+    if (found == ResponseCache::Lookup::INVALID) invalid.insert(pos);
+    uncached.push_back(std::move(r));
+  }
+
+  // Layout: [flags][ready bits][valid bits]. AND semantics, so "any rank wants X" is sent as a cleared bit.
+  const uint32_t nbits = cache_.num_positions();
+  const size_t words = (nbits + 63) / 64;
+  std::vector<uint64_t> bits(1 + 2 * words, 0);
+  bits[0] = ~uint64_t(0);
+  if (shutdown) bits[0] &= ~kNotShutdown;
+  if (!uncached.empty()) bits[0] &= ~kNoUncached;
+  if (joined_) bits[0] &= ~kNotJoined;
+  for (const auto& kv : cached_pending_) bits[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
+  for (size_t w = 0; w < words; ++w) bits[1 + words + w] = ~uint64_t(0);
+  for (uint32_t pos : invalid) bits[1 + words + pos / 64] &= ~(uint64_t(1) << (pos % 64));
+  TFR_RETURN_IF_ERROR(transport_.AllreduceBitAnd(&bits));
+
+  const bool any_shutdown = !(bits[0] & kNotShutdown);
+  const bool any_joined = !(bits[0] & kNotJoined);
+  bool need_full = !(bits[0] & kNoUncached) || any_joined;
+  // Parameters changed somewhere: every rank drops the entry and negotiates that name in full.
+  for (uint32_t pos = 0; pos < nbits; ++pos) {
+    if (bits[1 + words + pos / 64] & (uint64_t(1) << (pos % 64))) continue;
+    auto it = cached_pending_.find(pos);
+    if (it != cached_pending_.end()) {
+      uncached.push_back(std::move(it->second));
+      cached_pending_.erase(it);
+    }
+    cache_.Erase(pos);
+    need_full = true;
+  }
+  if (any_joined) {
+    // Joined ranks hold no entries, so the bit vector cannot express readiness: negotiate everything.
+    for (auto& kv : cached_pending_) uncached.push_back(std::move(kv.second));
+    cached_pending_.clear();
+  } else {
+    for (uint32_t pos = 0; pos < nbits; ++pos) {
+      if (!(bits[1 + pos / 64] & (uint64_t(1) << (pos % 64)))) continue;
+      out->responses.push_back(cache_.Get(pos));
+      cache_.Touch(pos);
+      cached_pending_.erase(pos);
+    }
+  }
+  out->shutdown = any_shutdown;
+  if (!need_full) return Status::OK();
+
+  ResponseList decided;
+  TFR_RETURN_IF_ERROR(FullRound(std::move(uncached), shutdown, &decided));
+  CacheDecided(decided);
+  for (auto& r : decided.responses) {
+    if (r.op == OpType::JOIN) joined_ = false;
+    out->responses.push_back(std::move(r));
+  }
+  out->shutdown |= decided.shutdown;
+  return Status::OK();
+}
+
+Status Controller::FullRound(std::vector<Request> uncached, bool shutdown, ResponseList* decided) {
+  ++full_rounds_;
+  RequestList mine;
+  mine.requests = std::move(uncached);
+  mine.shutdown = shutdown;
+  std::vector<std::string> all;
+  TFR_RETURN_IF_ERROR(transport_.GatherToRoot(Encode(mine), &all));
+  std::string bytes;
+  if (coordinator_) {
+    for (const std::string& b : all) {
+      RequestList l;
+      TFR_RETURN_IF_ERROR(Decode(b, &l));
+      coordinator_->Add(l);
+    }
+    bytes = Encode(coordinator_->Build());
+  }
+  TFR_RETURN_IF_ERROR(transport_.BroadcastFromRoot(&bytes));
+  return Decode(bytes, decided);
+}
+
+void Controller::CacheDecided(const ResponseList& decided) {
+  if (!cache_.enabled() || !decided.cacheable) return;
+  for (const Response& r : decided.responses) {
+    if (!ResponseCache::Cacheable(r)) continue;
+    const Request* own = queue_.Find(r.names[0]);
+    if (!own) continue;  // cannot happen while no rank is joined; every rank skips identically then
+    Request mine = *own;
+    mine.rank = transport_.rank();
+    int64_t evicted = cache_.Put(r, mine);
+    auto it = evicted >= 0 ? cached_pending_.find(static_cast<uint32_t>(evicted)) : cached_pending_.end();
+    if (it != cached_pending_.end()) {
+      resend_.push_back(std::move(it->second));
+      cached_pending_.erase(it);
+    }
+  }
+}
+
+}  // namespace tfring

@@ -1,0 +1,37 @@
+// One negotiation cycle, identical on every rank: a bit-vector AND over the response cache (fast path),
+// then, only if some rank has new or changed requests, a gather to the coordinator and a broadcast of
+// its decisions. Output: the responses every rank executes, in the same order.
+#pragma once
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "coordinator.h"
+#include "response_cache.h"
+#include "tensor_queue.h"
+#include "transport.h"
+
+namespace tfring {
+
+class Controller {
+ public:
+  Controller(Transport& transport, TensorQueue& queue, int64_t cache_capacity);
+  Status ComputeResponseList(bool shutdown, ResponseList* out);
+  const ResponseCache& cache() const { return cache_; }
+  uint64_t full_rounds() const { return full_rounds_; }
+
+ private:
+  Status FullRound(std::vector<Request> uncached, bool shutdown, ResponseList* decided);
+  void CacheDecided(const ResponseList& decided);
+
+  Transport& transport_;
+  TensorQueue& queue_;
+  ResponseCache cache_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  std::map<uint32_t, Request> cached_pending_;  // cache hits waiting for every rank's bit
+  std::vector<Request> resend_;                 // hits whose cache entry went away: negotiate in full
+  bool joined_ = false;                         // this rank called join() and it has not completed
+  uint64_t full_rounds_ = 0;
+};
+
+}  // namespace tfring

@@ -1,0 +1,219 @@
+#include "coordinator.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace tfring {
+namespace {
+
+// "rank 0: float32; rank 1: int32" for the ranks grouped by the value that differs.
+std::string DescribeByRank(const std::vector<const Request*>& reqs,
+                           const std::function<std::string(const Request&)>& value) {
+  std::map<std::string, std::vector<int>> by_value;
+  for (const Request* r : reqs)
+    if (r) by_value[value(*r)].push_back(r->rank);
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& kv : by_value) {
+    os << (first ? "" : "; ") << (kv.second.size() > 1 ? "ranks " : "rank ");
+    for (size_t i = 0; i < kv.second.size(); ++i) os << (i ? "," : "") << kv.second[i];
+    os << ": " << kv.first;
+    first = false;
+  }
+  return os.str();
+}
+
+bool AllEqual(const std::vector<const Request*>& reqs, const std::function<std::string(const Request&)>& value) {
+  const Request* first = nullptr;
+  for (const Request* r : reqs) {
+    if (!r) continue;
+    if (!first) first = r;
+    else if (value(*r) != value(*first)) return false;
+  }
+  return true;
+}
+
+std::string Num(double d) {
+  std::ostringstream os;
+  os << d;
+  return os.str();
+}
+
+// Empty splits mean an even split of the first dimension.
+std::string CheckSplits(const Request& r, int size) {
+  if (r.shape.empty()) return "passed a scalar; alltoall needs at least one dimension";
+  const int64_t dim0 = r.shape[0];
+  if (r.splits.empty()) {
+    if (dim0 % size == 0) return "";
+    return "passed no splits and its first dimension " + std::to_string(dim0) + " is not divisible by " +
+           std::to_string(size) + " ranks";
+  }
+  if (static_cast<int>(r.splits.size()) != size)
+    return "passed splits of length " + std::to_string(r.splits.size()) + ", expected one per rank (" +
+           std::to_string(size) + ")";
+  int64_t sum = 0;
+  for (int64_t s : r.splits) {
+    if (s < 0) return "passed a negative split " + std::to_string(s);
+    sum += s;
+  }
+  if (sum != dim0)
+    return "passed splits summing to " + std::to_string(sum) + " but its first dimension is " + std::to_string(dim0);
+  return "";
+}
+
+}  // namespace
+
+Response BuildResponse(const std::string& name, const std::vector<const Request*>& reqs, int joined) {
+  Response resp;
+  resp.names = {name};
+  const Request* first = nullptr;
+  for (const Request* r : reqs)
+    if (r && !first) first = r;
+  resp.op = first->op;
+  resp.dtype = first->dtype;
+  resp.reduce_op = first->reduce_op;
+  resp.root_rank = first->root_rank;
+  resp.prescale = first->prescale;
+  resp.postscale = first->postscale;
+  resp.joined = joined;
+  const int size = static_cast<int>(reqs.size());
+
+  auto fail = [&](const std::string& what, const std::function<std::string(const Request&)>& value) {
+    resp.kind = Response::ERROR;
+    resp.error = "tfring: ranks disagree on " + what + " for tensor '" + name + "': " + DescribeByRank(reqs, value);
+    return resp;
+  };
+  auto check = [&](const std::string& what, const std::function<std::string(const Request&)>& value) {
+    return AllEqual(reqs, value) ? false : (fail(what, value), true);
+  };
+  auto shape_of = [](const Request& r) { return ShapeString(r.shape); };
+  auto trailing = [](const Request& r) {
+    Shape t(r.shape.size() > 1 ? r.shape.begin() + 1 : r.shape.end(), r.shape.end());
+    return std::to_string(r.shape.size()) + "-d, trailing dims " + ShapeString(t);
+  };
+
+  if (check("the collective", [](const Request& r) { return std::string(OpTypeName(r.op)); })) return resp;
+  if (check("dtype", [](const Request& r) { return std::string(DataTypeName(r.dtype)); })) return resp;
+  if (joined > 0 && resp.op != OpType::ALLREDUCE && resp.op != OpType::BARRIER) {
+    resp.kind = Response::ERROR;
+    resp.error = "tfring: " + std::string(OpTypeName(resp.op)) + " of tensor '" + name + "' cannot run while " +
+                 std::to_string(joined) + " rank(s) have called join(); only allreduce supports joined ranks";
+    return resp;
+  }
+  switch (resp.op) {
+    case OpType::ALLREDUCE:
+    case OpType::REDUCESCATTER:
+      if (check("shape", shape_of)) return resp;
+      if (resp.op == OpType::REDUCESCATTER && first->shape.empty()) {
+        resp.kind = Response::ERROR;
+        resp.error = "tfring: reducescatter of tensor '" + name + "' needs at least one dimension, got a scalar";
+        return resp;
+      }
+      if (check("reduce op", [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); })) return resp;
+      if (check("prescale_factor", [](const Request& r) { return Num(r.prescale); })) return resp;
+      if (check("postscale_factor", [](const Request& r) { return Num(r.postscale); })) return resp;
+      resp.shape = first->shape;
+      resp.sizes = {NumElements(first->shape)};
+      break;
+    case OpType::BROADCAST:
+      if (check("root_rank", [](const Request& r) { return std::to_string(r.root_rank); })) return resp;
+      if (first->root_rank < 0 || first->root_rank >= size) {
+        resp.kind = Response::ERROR;
+        resp.error = "tfring: broadcast of tensor '" + name + "': root_rank=" + std::to_string(first->root_rank) +
+                     " is out of range for " + std::to_string(size) + " ranks";
+        return resp;
+      }
+      if (check("shape", shape_of)) return resp;
+      resp.shape = first->shape;
+      break;
+    case OpType::ALLGATHER:
+      if (check("rank and trailing dimensions", trailing)) return resp;
+      resp.shape = first->shape;
+      for (const Request* r : reqs) resp.sizes.push_back(r->shape.empty() ? 1 : r->shape[0]);
+      break;
+    case OpType::ALLTOALL:
+      if (check("rank and trailing dimensions", trailing)) return resp;
+      resp.shape = first->shape;
+      for (const Request* r : reqs) {
+        std::string err = CheckSplits(*r, size);
+        if (!err.empty()) {
+          resp.kind = Response::ERROR;
+          resp.error = "tfring: alltoall of tensor '" + name + "': rank " + std::to_string(r->rank) + " " + err;
+          return resp;
+        }
+        if (r->splits.empty()) resp.sizes.insert(resp.sizes.end(), size, r->shape[0] / size);
+        else resp.sizes.insert(resp.sizes.end(), r->splits.begin(), r->splits.end());
+      }
+      break;
+    case OpType::BARRIER:
+    case OpType::JOIN:
+      break;
+  }
+  return resp;
+}
+
+void Coordinator::Add(const RequestList& list) {
+  shutdown_ |= list.shutdown;
+  for (const Request& r : list.requests) {
+    if (r.op == OpType::JOIN) {
+      joined_[r.rank] = true;
+      last_joined_ = r.rank;
+      continue;
+    }
+    auto it = table_.find(r.name);
+    if (it == table_.end()) {
+      order_.push_back(r.name);
+      it = table_.emplace(r.name, std::vector<Request>()).first;
+    }
+    it->second.push_back(r);
+  }
+}
+
+ResponseList Coordinator::Build() {
+  ResponseList out;
+  out.shutdown = shutdown_;
+  const int joined = static_cast<int>(std::count(joined_.begin(), joined_.end(), true));
+  out.cacheable = joined == 0;
+  std::vector<std::string> still_waiting;
+  for (const std::string& name : order_) {
+    auto& reqs = table_[name];
+    std::vector<const Request*> by_rank(size_, nullptr);
+    bool duplicate = false;
+    for (const Request& r : reqs) {
+      duplicate |= by_rank[r.rank] != nullptr;
+      by_rank[r.rank] = &r;
+    }
+    int present = 0, joined_absent = 0;
+    for (int i = 0; i < size_; ++i) {
+      if (by_rank[i]) ++present;
+      else if (joined_[i]) ++joined_absent;
+    }
+    if (present + joined_absent < size_ && !duplicate) {
+      still_waiting.push_back(name);
+      continue;
+    }
+    Response resp = BuildResponse(name, by_rank, joined_absent);
+    if (duplicate) {
+      resp.kind = Response::ERROR;
+      resp.error = "tfring: tensor '" + name + "' was submitted twice by one rank before completing";
+    }
+    out.responses.push_back(std::move(resp));
+    table_.erase(name);
+  }
+  order_.swap(still_waiting);
+  if (joined == size_) {
+    Response j;
+    j.op = OpType::JOIN;
+    j.names = {"__tfring_join__"};
+    j.last_joined_rank = last_joined_;
+    j.joined = joined;
+    out.responses.push_back(j);
+    std::fill(joined_.begin(), joined_.end(), false);
+  }
+  shutdown_ = false;
+  return out;
+}
+
+}  // namespace tfring

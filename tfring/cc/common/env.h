@@ -1,0 +1,32 @@
+// The knob table: every TFRING_* setting is one row (name, type, default, doc). HOROVOD_* names are aliases.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tfring {
+
+enum class KnobType { INT, DOUBLE, BOOL, STRING };
+
+struct Knob {
+  const char* name;        // TFRING_ name; the HOROVOD_ alias swaps the prefix
+  KnobType type;
+  const char* default_value;
+  const char* doc;
+};
+
+const std::vector<Knob>& KnobTable();
+
+// Settings read once at init from the environment, through the table.
+struct Settings {
+  int64_t fusion_threshold_bytes;
+  double cycle_time_ms;
+  int64_t cache_capacity;
+  int log_level;  // 0 trace, 1 debug, 2 info, 3 warning, 4 error
+  static Settings FromEnvironment();
+};
+
+// Raw lookup: TFRING_<suffix>, else HOROVOD_<suffix>, else the table default.
+std::string KnobValue(const std::string& tfring_name);
+
+}  // namespace tfring

@@ -1,0 +1,133 @@
+#include "message.h"
+
+#include <cstring>
+
+namespace tfring {
+namespace {
+
+// Little fixed-width writer/reader; both ends are the same build so host byte order is fine.
+class Writer {
+ public:
+  template <typename T> void Put(T v) { buf_.append(reinterpret_cast<const char*>(&v), sizeof(T)); }
+  void PutString(const std::string& s) { Put<uint32_t>(s.size()); buf_ += s; }
+  void PutInts(const std::vector<int64_t>& v) {
+    Put<uint32_t>(v.size());
+    buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+  }
+  std::string Take() { return std::move(buf_); }
+
+ private:
+  std::string buf_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& b) : b_(b) {}
+  template <typename T> bool Get(T* v) {
+    if (pos_ + sizeof(T) > b_.size()) return false;
+    std::memcpy(v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool GetString(std::string* s) {
+    uint32_t n;
+    if (!Get(&n) || pos_ + n > b_.size()) return false;
+    s->assign(b_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool GetInts(std::vector<int64_t>* v) {
+    uint32_t n;
+    if (!Get(&n) || pos_ + n * sizeof(int64_t) > b_.size()) return false;
+    v->resize(n);
+    std::memcpy(v->data(), b_.data() + pos_, n * sizeof(int64_t));
+    pos_ += n * sizeof(int64_t);
+    return true;
+  }
+  bool Done() const { return pos_ == b_.size(); }
+
+ private:
+  const std::string& b_;
+  size_t pos_ = 0;
+};
+
+Status Corrupt(const char* what) { return Status::Unknown(std::string("tfring: corrupt ") + what + " message"); }
+
+}  // namespace
+
+std::string Encode(const RequestList& list) {
+  Writer w;
+  w.Put<uint8_t>(list.shutdown);
+  w.Put<uint32_t>(list.requests.size());
+  for (const auto& r : list.requests) {
+    w.Put(r.rank);
+    w.PutString(r.name);
+    w.Put(r.op); w.Put(r.dtype); w.Put(r.reduce_op);
+    w.Put(r.root_rank); w.Put(r.prescale); w.Put(r.postscale);
+    w.PutInts(r.shape);
+    w.PutInts(r.splits);
+  }
+  return w.Take();
+}
+
+Status Decode(const std::string& bytes, RequestList* list) {
+  Reader rd(bytes);
+  uint8_t shutdown; uint32_t n;
+  if (!rd.Get(&shutdown) || !rd.Get(&n)) return Corrupt("request");
+  list->shutdown = shutdown;
+  list->requests.resize(n);
+  for (auto& r : list->requests) {
+    if (!rd.Get(&r.rank) || !rd.GetString(&r.name) || !rd.Get(&r.op) || !rd.Get(&r.dtype) ||
+        !rd.Get(&r.reduce_op) || !rd.Get(&r.root_rank) || !rd.Get(&r.prescale) || !rd.Get(&r.postscale) ||
+        !rd.GetInts(&r.shape) || !rd.GetInts(&r.splits))
+      return Corrupt("request");
+  }
+  return rd.Done() ? Status::OK() : Corrupt("request");
+}
+
+std::string Encode(const ResponseList& list) {
+  Writer w;
+  w.Put<uint8_t>(list.shutdown);
+  w.Put<uint8_t>(list.cacheable);
+  w.Put<uint32_t>(list.responses.size());
+  for (const auto& r : list.responses) {
+    w.Put(r.kind); w.Put(r.op);
+    w.Put<uint32_t>(r.names.size());
+    for (const auto& n : r.names) w.PutString(n);
+    w.Put(r.dtype); w.Put(r.reduce_op); w.Put(r.root_rank);
+    w.Put(r.prescale); w.Put(r.postscale);
+    w.PutInts(r.sizes); w.PutInts(r.shape);
+    w.Put(r.joined); w.Put(r.last_joined_rank);
+    w.PutString(r.error);
+  }
+  return w.Take();
+}
+
+Status Decode(const std::string& bytes, ResponseList* list) {
+  Reader rd(bytes);
+  uint8_t shutdown, cacheable; uint32_t n;
+  if (!rd.Get(&shutdown) || !rd.Get(&cacheable) || !rd.Get(&n)) return Corrupt("response");
+  list->shutdown = shutdown;
+  list->cacheable = cacheable;
+  list->responses.resize(n);
+  for (auto& r : list->responses) {
+    uint32_t nn;
+    if (!rd.Get(&r.kind) || !rd.Get(&r.op) || !rd.Get(&nn)) return Corrupt("response");
+    r.names.resize(nn);
+    for (auto& s : r.names)
+      if (!rd.GetString(&s)) return Corrupt("response");
+    if (!rd.Get(&r.dtype) || !rd.Get(&r.reduce_op) || !rd.Get(&r.root_rank) || !rd.Get(&r.prescale) ||
+        !rd.Get(&r.postscale) || !rd.GetInts(&r.sizes) || !rd.GetInts(&r.shape) || !rd.Get(&r.joined) ||
+        !rd.Get(&r.last_joined_rank) || !rd.GetString(&r.error))
+      return Corrupt("response");
+  }
+  return rd.Done() ? Status::OK() : Corrupt("response");
+}
+
+bool SameParameters(const Request& a, const Request& b) {
+  return a.name == b.name && a.op == b.op && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
+         a.root_rank == b.root_rank && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.shape == b.shape && a.splits == b.splits;
+}
+
+}  // namespace tfring

@@ -1,0 +1,65 @@
+// Negotiation messages and their byte codec. A Request says "rank r has tensor `name` ready with these
+// parameters"; a Response is the coordinator's decision that every rank must execute identically.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "status.h"
+#include "types.h"
+
+namespace tfring {
+
+struct Request {
+  int32_t rank = 0;
+  std::string name;
+  OpType op = OpType::ALLREDUCE;
+  DataType dtype = DataType::FLOAT32;
+  ReduceOp reduce_op = ReduceOp::SUM;
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  Shape shape;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+};
+
+struct RequestList {
+  std::vector<Request> requests;
+  bool shutdown = false;
+};
+
+struct Response {
+  enum Kind : uint8_t { OK = 0, ERROR = 1 };
+  Kind kind = OK;
+  OpType op = OpType::ALLREDUCE;
+  std::vector<std::string> names;
+  DataType dtype = DataType::FLOAT32;
+  ReduceOp reduce_op = ReduceOp::SUM;
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  // allreduce: element count per name (joined ranks allocate zeros from it);
+  // allgather: first dimension of every rank; alltoall: size x size split matrix (row = sender);
+  // reducescatter: element count of the whole input.
+  std::vector<int64_t> sizes;
+  Shape shape;                 // the common shape (allreduce, broadcast, reducescatter) or trailing dims
+  int32_t joined = 0;          // ranks that had joined when this was decided (they contribute zeros)
+  int32_t last_joined_rank = -1;
+  std::string error;
+};
+
+struct ResponseList {
+  std::vector<Response> responses;
+  bool shutdown = false;
+  bool cacheable = true;  // false while any rank is joined: joined ranks hold no request to cache
+};
+
+std::string Encode(const RequestList& list);
+Status Decode(const std::string& bytes, RequestList* list);
+std::string Encode(const ResponseList& list);
+Status Decode(const std::string& bytes, ResponseList* list);
+
+// Do two requests of the same rank carry the same parameters (cache hit test)?
+bool SameParameters(const Request& a, const Request& b);
+
+}  // namespace tfring

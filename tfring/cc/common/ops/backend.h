@@ -1,0 +1,32 @@
+// A backend runs negotiated collectives and provides the negotiation transport. MPI is the CPU
+// backend; every call into it happens on the runtime's background thread.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "../message.h"
+#include "../tensor.h"
+#include "../transport.h"
+
+namespace tfring {
+
+struct Topology {
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  bool homogeneous = true;
+  bool threads_supported = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Transport& transport() = 0;
+  virtual Topology topology() const = 0;
+  // entries[i] matches response.names[i]; nullptr where this rank has no entry (it joined).
+  virtual Status Execute(const Response& response, const std::vector<TensorEntry*>& entries) = 0;
+  virtual void Finalize() = 0;
+};
+
+// comm_f: Fortran handle of an MPI communicator, or -1 for MPI_COMM_WORLD.
+Status CreateMpiBackend(int64_t comm_f, std::unique_ptr<Backend>* out);
+
+}  // namespace tfring

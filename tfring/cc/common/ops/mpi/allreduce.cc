@@ -1,0 +1,53 @@
+#include <climits>
+#include <cstring>
+
+#include "../scale.h"
+#include "collectives.h"
+
+namespace tfring {
+
+Status MpiAllreduce(MpiContext& ctx, const Response& r, const Entries& entries) {
+  const int64_t esize = DataTypeSize(r.dtype);
+  int64_t total = 0;
+  for (int64_t n : r.sizes) total += n;
+  char* buf;
+  const bool single = entries.size() == 1 && entries[0] != nullptr;
+  if (single) {
+    // Reduce straight in the output tensor; no fusion copy for a lone tensor.
+    TensorEntry* e = entries[0];
+    buf = static_cast<char*>(e->output->data());
+    if (e->input->data() != buf) std::memcpy(buf, e->input->data(), total * esize);
+  } else {
+    if (static_cast<int64_t>(ctx.fusion_buffer.size()) < total * esize) ctx.fusion_buffer.resize(total * esize);
+    buf = ctx.fusion_buffer.data();
+    int64_t off = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const int64_t bytes = r.sizes[i] * esize;
+      if (entries[i]) std::memcpy(buf + off, entries[i]->input->data(), bytes);
+      else std::memset(buf + off, 0, bytes);  // a joined rank contributes zeros
+      off += bytes;
+    }
+  }
+  ScaleBuffer(buf, total, r.dtype, r.prescale);
+  // MPI counts are int: reduce in chunks so tensors over 2^31 elements stay correct.
+  const int64_t chunk = INT_MAX / 2;
+  for (int64_t off = 0; off < total; off += chunk) {
+    const int n = static_cast<int>(std::min(chunk, total - off));
+    TFR_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf + off * esize, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype),
+                                ctx.comm));
+  }
+  double post = r.postscale;
+  if (r.reduce_op == ReduceOp::AVERAGE) post /= (ctx.size - r.joined);
+  ScaleBuffer(buf, total, r.dtype, post);
+  if (!single) {
+    int64_t off = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const int64_t bytes = r.sizes[i] * esize;
+      if (entries[i]) std::memcpy(entries[i]->output->data(), buf + off, bytes);
+      off += bytes;
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace tfring

@@ -1,0 +1,35 @@
+// One function per collective, one file each (allreduce.cc, allgather.cc, ...).
+#pragma once
+#include <vector>
+
+#include "../../message.h"
+#include "../../tensor.h"
+#include "mpi_context.h"
+
+namespace tfring {
+
+using Entries = std::vector<TensorEntry*>;
+
+Status MpiAllreduce(MpiContext& ctx, const Response& r, const Entries& entries);
+Status MpiAllgather(MpiContext& ctx, const Response& r, const Entries& entries);
+Status MpiBroadcast(MpiContext& ctx, const Response& r, const Entries& entries);
+Status MpiAlltoall(MpiContext& ctx, const Response& r, const Entries& entries);
+Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entries);
+Status MpiBarrier(MpiContext& ctx, const Response& r, const Entries& entries);
+
+// A contiguous datatype of `row_bytes` so counts stay in rows (large tensors keep int counts small).
+class RowType {
+ public:
+  explicit RowType(int64_t row_bytes);
+  ~RowType();
+  MPI_Datatype get() const { return type_; }
+
+ private:
+  MPI_Datatype type_ = MPI_BYTE;
+  bool owned_ = false;
+};
+
+// Checked narrowing for MPI's int counts.
+Status ToIntCount(int64_t n, const char* what, int* out);
+
+}  // namespace tfring

@@ -1,0 +1,109 @@
+#include "mpi_context.h"
+
+#include <algorithm>
+
+#include "../../half.h"
+
+namespace tfring {
+namespace {
+
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+void Reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    float x = ToF(a[i]), y = ToF(b[i]), r;
+    switch (Kind) {
+      case 0: r = x + y; break;
+      case 1: r = std::min(x, y); break;
+      case 2: r = std::max(x, y); break;
+      default: r = x * y; break;
+    }
+    b[i] = FromF(r);
+  }
+}
+
+// User ops for 16-bit floats, created once per process (MPI ops outlive communicators).
+MPI_Op g_half_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+MPI_Op g_bf16_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+
+void CreateUserOps() {
+  if (g_half_ops[0] != MPI_OP_NULL) return;
+  MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, 0>, 1, &g_half_ops[0]);
+  MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, 1>, 1, &g_half_ops[1]);
+  MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, 2>, 1, &g_half_ops[2]);
+  MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, 3>, 1, &g_half_ops[3]);
+  MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 0>, 1, &g_bf16_ops[0]);
+  MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 1>, 1, &g_bf16_ops[1]);
+  MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 2>, 1, &g_bf16_ops[2]);
+  MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 3>, 1, &g_bf16_ops[3]);
+}
+
+}  // namespace
+
+Status MpiError(const char* call, int rc) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return Status::Unknown(std::string("tfring: ") + call + " failed: " + std::string(msg, len));
+}
+
+Status MpiContext::Init(int64_t comm_f) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    return Status::PreconditionError("tfring: MPI is not initialized (import tfring initializes it through mpi4py)");
+  MPI_Query_thread(&thread_level);
+  MPI_Comm base = comm_f < 0 ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(comm_f));
+  TFR_CHECK_MPI(MPI_Comm_dup(base, &comm));
+  // Errors come back as codes so they become Status values instead of aborting the job.
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  TFR_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  TFR_CHECK_MPI(MPI_Comm_size(comm, &size));
+  TFR_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local_comm));
+  TFR_CHECK_MPI(MPI_Comm_rank(local_comm, &local_rank));
+  TFR_CHECK_MPI(MPI_Comm_size(local_comm, &local_size));
+  TFR_CHECK_MPI(MPI_Comm_split(comm, local_rank, rank, &cross_comm));
+  TFR_CHECK_MPI(MPI_Comm_rank(cross_comm, &cross_rank));
+  TFR_CHECK_MPI(MPI_Comm_size(cross_comm, &cross_size));
+  std::vector<int> local_sizes(size);
+  TFR_CHECK_MPI(MPI_Allgather(&local_size, 1, MPI_INT, local_sizes.data(), 1, MPI_INT, comm));
+  homogeneous = std::all_of(local_sizes.begin(), local_sizes.end(), [&](int s) { return s == local_size; });
+  CreateUserOps();
+  return Status::OK();
+}
+
+void MpiContext::Finalize() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm* c : {&cross_comm, &local_comm, &comm})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  std::vector<char>().swap(fusion_buffer);
+}
+
+MPI_Datatype MpiContext::Type(DataType t) const {
+  switch (t) {
+    case DataType::UINT8: return MPI_UINT8_T;
+    case DataType::INT8: return MPI_INT8_T;
+    case DataType::UINT16: return MPI_UINT16_T;
+    case DataType::INT16: return MPI_INT16_T;
+    case DataType::INT32: return MPI_INT32_T;
+    case DataType::INT64: return MPI_INT64_T;
+    case DataType::FLOAT16: case DataType::BFLOAT16: return MPI_UINT16_T;  // reduced by user ops
+    case DataType::FLOAT32: return MPI_FLOAT;
+    case DataType::FLOAT64: return MPI_DOUBLE;
+    case DataType::BOOL: return MPI_C_BOOL;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op MpiContext::Op(ReduceOp op, DataType t) const {
+  int k = op == ReduceOp::MIN ? 1 : op == ReduceOp::MAX ? 2 : op == ReduceOp::PRODUCT ? 3 : 0;
+  if (t == DataType::FLOAT16) return g_half_ops[k];
+  if (t == DataType::BFLOAT16) return g_bf16_ops[k];
+  static const MPI_Op ops[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
+  return ops[k];
+}
+
+}  // namespace tfring

@@ -1,0 +1,38 @@
+// MPI state owned by the runtime: duplicated communicators (global, node-local, cross-node), datatype
+// and reduction-op tables (with user ops for float16/bfloat16), and the fusion buffer.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "../../status.h"
+#include "../../types.h"
+
+#define TFR_CHECK_MPI(call)                                                                     \
+  do {                                                                                          \
+    int _tfr_rc = (call);                                                                       \
+    if (_tfr_rc != MPI_SUCCESS) return ::tfring::MpiError(#call, _tfr_rc);                      \
+  } while (0)
+
+namespace tfring {
+
+Status MpiError(const char* call, int rc);
+
+struct MpiContext {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm local_comm = MPI_COMM_NULL;
+  MPI_Comm cross_comm = MPI_COMM_NULL;
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  bool homogeneous = true;
+  int thread_level = MPI_THREAD_SINGLE;
+  std::vector<char> fusion_buffer;
+
+  // comm_f: a Fortran handle from mpi4py's comm.py2f(), or -1 for MPI_COMM_WORLD.
+  Status Init(int64_t comm_f);
+  void Finalize();
+  MPI_Datatype Type(DataType t) const;
+  MPI_Op Op(ReduceOp op, DataType t) const;
+};
+
+}  // namespace tfring

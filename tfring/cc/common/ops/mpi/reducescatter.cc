@@ -1,0 +1,34 @@
+#include <vector>
+
+#include "../scale.h"
+#include "collectives.h"
+
+namespace tfring {
+
+Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entries) {
+  TensorEntry* e = entries[0];
+  const int n = ctx.size;
+  const int64_t dim0 = r.shape[0];
+  const int64_t row_elems = NumElements(r.shape) / (dim0 ? dim0 : 1);
+  // Rows split as evenly as possible; the first dim0 % n ranks get one extra row (Horovod's layout).
+  std::vector<int> counts(n);
+  for (int i = 0; i < n; ++i)
+    TFR_RETURN_IF_ERROR(ToIntCount((dim0 / n + (i < dim0 % n ? 1 : 0)) * row_elems, "reducescatter count",
+                                   &counts[i]));
+  Shape out_shape = r.shape;
+  out_shape[0] = dim0 / n + (ctx.rank < dim0 % n ? 1 : 0);
+  TFR_RETURN_IF_ERROR(e->context->AllocateOutput(e->output_index, out_shape, &e->output));
+  const int64_t total = NumElements(r.shape), esize = DataTypeSize(r.dtype);
+  if (total == 0) return Status::OK();
+  if (static_cast<int64_t>(ctx.fusion_buffer.size()) < total * esize) ctx.fusion_buffer.resize(total * esize);
+  std::copy_n(static_cast<char*>(e->input->data()), total * esize, ctx.fusion_buffer.data());
+  ScaleBuffer(ctx.fusion_buffer.data(), total, r.dtype, r.prescale);
+  TFR_CHECK_MPI(MPI_Reduce_scatter(ctx.fusion_buffer.data(), e->output->data(), counts.data(), ctx.Type(r.dtype),
+                                   ctx.Op(r.reduce_op, r.dtype), ctx.comm));
+  double post = r.postscale;
+  if (r.reduce_op == ReduceOp::AVERAGE) post /= n;
+  ScaleBuffer(e->output->data(), counts[ctx.rank], r.dtype, post);
+  return Status::OK();
+}
+
+}  // namespace tfring

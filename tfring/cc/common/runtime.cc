@@ -1,0 +1,119 @@
+#include "runtime.h"
+
+#include <chrono>
+
+#include "fusion.h"
+#include "logging.h"
+
+namespace tfring {
+
+Runtime& Runtime::Get() {
+  static Runtime* runtime = new Runtime();  // never destroyed: safe to use during interpreter exit
+  return *runtime;
+}
+
+Status Runtime::Init(int64_t comm_f) {
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  if (running_) return Status::OK();
+  settings_ = Settings::FromEnvironment();
+  SetLogLevel(settings_.log_level);
+  std::unique_ptr<Backend> backend;
+  TFR_RETURN_IF_ERROR(CreateMpiBackend(comm_f, &backend));
+  backend_ = std::move(backend);
+  topology_ = backend_->topology();
+  SetLogRank(topology_.rank);
+  queue_.reset(new TensorQueue());
+  controller_.reset(new Controller(backend_->transport(), *queue_, settings_.cache_capacity));
+  shutdown_requested_ = false;
+  loop_done_ = false;
+  loop_status_ = Status::OK();
+  running_ = true;
+  thread_ = std::thread(&Runtime::Loop, this);
+  TFR_LOG(TFR_DEBUG, "initialized: size " << topology_.size << ", fusion " << settings_.fusion_threshold_bytes
+                                          << " B, cycle " << settings_.cycle_time_ms << " ms");
+  return Status::OK();
+}
+
+void Runtime::Shutdown() {
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  if (!running_) return;
+  shutdown_requested_ = true;
+  queue_->Wake();
+  if (thread_.joinable()) thread_.join();
+  backend_->Finalize();
+  controller_.reset();
+  backend_.reset();
+  running_ = false;
+}
+
+Status Runtime::CheckReady() const {
+  if (!running_)
+    return Status::PreconditionError("tfring has not been initialized (or was shut down); call tfring.init() first");
+  if (loop_done_) {
+    if (!loop_status_.ok()) return loop_status_;
+    return Status::Aborted("tfring has been shut down (a rank called shutdown() or exited); no more collectives "
+                           "can run");
+  }
+  return Status::OK();
+}
+
+void Runtime::Enqueue(std::vector<TensorEntry> entries) {
+  Status s = CheckReady();
+  if (s.ok()) {
+    // Names the caller's callbacks before moving them into the queue, to report a rejected batch.
+    std::vector<StatusCallback> callbacks;
+    for (auto& e : entries) callbacks.push_back(e.callback);
+    s = queue_->Add(std::move(entries));
+    if (s.ok()) {
+      // The loop may have ended between the check and the add; it drains again after finishing.
+      if (loop_done_) FailAll(CheckReady());
+      return;
+    }
+    for (auto& cb : callbacks) cb(s);
+    return;
+  }
+  for (auto& e : entries) e.callback(s);
+}
+
+void Runtime::FailAll(const Status& status) {
+  for (auto& e : queue_->DrainAll()) e.callback(status);
+}
+
+void Runtime::Loop() {
+  const auto cycle = std::chrono::microseconds(static_cast<int64_t>(settings_.cycle_time_ms * 1000));
+  while (true) {
+    queue_->WaitForWork(cycle);
+    ResponseList list;
+    Status s = controller_->ComputeResponseList(shutdown_requested_, &list);
+    if (!s.ok()) {
+      TFR_LOG(TFR_ERROR, "negotiation failed, stopping: " << s.message());
+      loop_status_ = s;
+      break;
+    }
+    for (const Response& r : PlanFusion(std::move(list.responses), settings_.fusion_threshold_bytes)) Perform(r);
+    if (list.shutdown) break;
+  }
+  loop_done_ = true;
+  FailAll(CheckReady());
+}
+
+void Runtime::Perform(const Response& response) {
+  std::vector<TensorEntry> taken(response.names.size());
+  std::vector<TensorEntry*> entries(response.names.size(), nullptr);
+  for (size_t i = 0; i < response.names.size(); ++i)
+    if (queue_->Take(response.names[i], &taken[i])) entries[i] = &taken[i];
+  Status status;
+  if (response.kind == Response::ERROR) {
+    status = Status::InvalidArgument(response.error);
+  } else if (response.op == OpType::JOIN) {
+    for (auto* e : entries)
+      if (e && e->join_result) *e->join_result = response.last_joined_rank;
+  } else {
+    status = backend_->Execute(response, entries);
+  }
+  if (!status.ok()) TFR_LOG(TFR_DEBUG, "collective failed: " << status.message());
+  for (auto* e : entries)
+    if (e) e->callback(status);
+}
+
+}  // namespace tfring

@@ -1,0 +1,50 @@
+// The one process-wide mutable object. Owns the backend, the queue, the controller and the background
+// thread that makes every backend call. Framework threads only Enqueue and wait for their callback.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "controller.h"
+#include "env.h"
+#include "ops/backend.h"
+#include "tensor_queue.h"
+
+namespace tfring {
+
+class Runtime {
+ public:
+  static Runtime& Get();
+
+  // comm_f: Fortran handle of the communicator to run on, or -1 for MPI_COMM_WORLD.
+  Status Init(int64_t comm_f);
+  void Shutdown();
+  bool initialized() const { return running_; }
+  Topology topology() const { return topology_; }
+  const Settings& settings() const { return settings_; }
+
+  // Hands entries to the background thread; each entry's callback runs exactly once.
+  void Enqueue(std::vector<TensorEntry> entries);
+  Status CheckReady() const;
+
+ private:
+  Runtime() = default;
+  void Loop();
+  void Perform(const Response& response);
+  void FailAll(const Status& status);
+
+  std::mutex lifecycle_mu_;
+  std::atomic<bool> running_{false};
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> loop_done_{false};
+  Status loop_status_;
+  Settings settings_;
+  Topology topology_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<TensorQueue> queue_;
+  std::unique_ptr<Controller> controller_;
+  std::thread thread_;
+};
+
+}  // namespace tfring

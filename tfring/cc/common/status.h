@@ -1,0 +1,34 @@
+// Status: the one error type of the core. No exception crosses the background thread.
+#pragma once
+#include <string>
+#include <utility>
+
+namespace tfring {
+
+enum class StatusCode { OK = 0, INVALID_ARGUMENT, PRECONDITION_ERROR, ABORTED, UNKNOWN, IN_PROGRESS };
+
+class Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string msg) : code_(code), msg_(std::move(msg)) {}
+  static Status OK() { return Status(); }
+  static Status InvalidArgument(std::string m) { return {StatusCode::INVALID_ARGUMENT, std::move(m)}; }
+  static Status PreconditionError(std::string m) { return {StatusCode::PRECONDITION_ERROR, std::move(m)}; }
+  static Status Aborted(std::string m) { return {StatusCode::ABORTED, std::move(m)}; }
+  static Status Unknown(std::string m) { return {StatusCode::UNKNOWN, std::move(m)}; }
+  bool ok() const { return code_ == StatusCode::OK; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return msg_; }
+
+ private:
+  StatusCode code_ = StatusCode::OK;
+  std::string msg_;
+};
+
+}  // namespace tfring
+
+#define TFR_RETURN_IF_ERROR(expr)          \
+  do {                                     \
+    ::tfring::Status _tfr_s = (expr);      \
+    if (!_tfr_s.ok()) return _tfr_s;       \
+  } while (0)

@@ -1,0 +1,139 @@
+#include "adapter.h"
+
+#include <atomic>
+#include <mutex>
+
+namespace tfring {
+namespace tf {
+
+DataType TFTensor::dtype() const {
+  DataType d = DataType::UINT8;
+  FromTF(t_.dtype(), &d);
+  return d;
+}
+
+Shape TFTensor::shape() const {
+  Shape s;
+  for (int i = 0; i < t_.dims(); ++i) s.push_back(t_.dim_size(i));
+  return s;
+}
+
+Status TFOpContext::AllocateOutput(int index, const Shape& shape, std::shared_ptr<Tensor>* out) {
+  tfw::TensorShape ts;
+  for (int64_t d : shape) ts.AddDim(d);
+  tfw::Tensor* t = nullptr;
+  tfw::Status s = ctx_->allocate_output(index, ts, &t);
+  if (!s.ok()) return Status::Unknown("tfring: could not allocate output: " + std::string(s.message()));
+  out->reset(new TFTensor(*t));
+  return Status::OK();
+}
+
+tfw::Status ToTF(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::OK: return tfw::OkStatus();
+    case StatusCode::INVALID_ARGUMENT: return tfw::errors::InvalidArgument(s.message());
+    case StatusCode::PRECONDITION_ERROR: return tfw::errors::FailedPrecondition(s.message());
+    case StatusCode::ABORTED: return tfw::errors::Aborted(s.message());
+    default: return tfw::errors::Unknown(s.message());
+  }
+}
+
+bool FromTF(tfw::DataType in, DataType* out) {
+  switch (in) {
+    case tfw::DT_UINT8: *out = DataType::UINT8; return true;
+    case tfw::DT_INT8: *out = DataType::INT8; return true;
+    case tfw::DT_UINT16: *out = DataType::UINT16; return true;
+    case tfw::DT_INT16: *out = DataType::INT16; return true;
+    case tfw::DT_INT32: *out = DataType::INT32; return true;
+    case tfw::DT_INT64: *out = DataType::INT64; return true;
+    case tfw::DT_HALF: *out = DataType::FLOAT16; return true;
+    case tfw::DT_BFLOAT16: *out = DataType::BFLOAT16; return true;
+    case tfw::DT_FLOAT: *out = DataType::FLOAT32; return true;
+    case tfw::DT_DOUBLE: *out = DataType::FLOAT64; return true;
+    case tfw::DT_BOOL: *out = DataType::BOOL; return true;
+    default: return false;
+  }
+}
+
+std::string TensorName(tfw::OpKernelConstruction* c, bool ignore_name_scope) {
+  std::string name = c->def().name();
+  if (ignore_name_scope) {
+    auto pos = name.rfind('/');
+    if (pos != std::string::npos) name = name.substr(pos + 1);
+  }
+  return name;
+}
+
+namespace {
+struct SharedDone {
+  std::atomic<int> remaining;
+  std::mutex mu;
+  Status first_error;
+  tfw::OpKernelContext* ctx;
+  tfw::AsyncOpKernel::DoneCallback done;
+};
+}  // namespace
+
+StatusCallback Completion::Make(tfw::OpKernelContext* ctx, tfw::AsyncOpKernel::DoneCallback done, int count) {
+  auto shared = std::make_shared<SharedDone>();
+  shared->remaining = count;
+  shared->ctx = ctx;
+  shared->done = std::move(done);
+  return [shared](const Status& s) {
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      if (shared->first_error.ok()) shared->first_error = s;
+    }
+    if (--shared->remaining == 0) {
+      if (!shared->first_error.ok()) shared->ctx->SetStatus(ToTF(shared->first_error));
+      shared->done();
+    }
+  };
+}
+
+bool CheckRuntime(tfw::OpKernelContext* ctx, int process_set_id) {
+  if (process_set_id != 0) {
+    ctx->SetStatus(tfw::errors::Unimplemented("tfring: process sets are not supported (process_set_id=",
+                                              process_set_id, "); use init(comm=...) to run on a subset"));
+    return false;
+  }
+  Status s = Runtime::Get().CheckReady();
+  if (!s.ok()) {
+    ctx->SetStatus(ToTF(s));
+    return false;
+  }
+  return true;
+}
+
+bool MakeEntry(tfw::OpKernelContext* ctx, int index, const std::string& name, OpType op, bool same_shape,
+               TensorEntry* entry) {
+  const tfw::Tensor& input = ctx->input(index);
+  Request& r = entry->request;
+  r.name = name;
+  r.op = op;
+  if (!FromTF(input.dtype(), &r.dtype)) {
+    ctx->SetStatus(tfw::errors::InvalidArgument("tfring: unsupported dtype ", tfw::DataTypeString(input.dtype()),
+                                                " for tensor '", name, "'"));
+    return false;
+  }
+  for (int i = 0; i < input.dims(); ++i) r.shape.push_back(input.dim_size(i));
+  entry->input = std::make_shared<TFTensor>(input);
+  entry->context = std::make_shared<TFOpContext>(ctx);
+  entry->output_index = index;
+  if (same_shape) {
+    tfw::Tensor* out = nullptr;
+    // Forward the input buffer when TF allows it: the collective then runs in place with no copy.
+    if (!ctx->forward_input_to_output_with_shape(index, index, input.shape(), &out) || out == nullptr) {
+      tfw::Status s = ctx->allocate_output(index, input.shape(), &out);
+      if (!s.ok()) {
+        ctx->SetStatus(s);
+        return false;
+      }
+    }
+    entry->output = std::make_shared<TFTensor>(*out);
+  }
+  return true;
+}
+
+}  // namespace tf
+}  // namespace tfring

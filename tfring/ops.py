@@ -1,0 +1,286 @@
+"""Python wrappers over the C++ collective ops (Horovod's signatures) and their gradients."""
+import re
+
+import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops
+
+from tfring import _lib
+from tfring.basics import rank, size
+from tfring.compression import Compression
+
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+
+
+class ReduceOp:
+    AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = Average, Sum, Adasum, Min, Max, Product
+
+
+_NUMERIC = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+            tf.float64)
+_ANY = _NUMERIC + (tf.bool,)
+
+
+def _ops():
+    return _lib.load()[0]
+
+
+def _normalize_name(name):
+    return re.sub("[^a-zA-Z0-9_]", "_", name)
+
+
+def _auto_name(prefix, tensor, name):
+    """Graph mode: derive a name every rank derives identically. Eager: the op's own name (one op in
+    flight per thread, so equal on all ranks)."""
+    if name is None and not tf.executing_eagerly():
+        name = "%s_%s" % (prefix, _normalize_name(tensor.name))
+    return name
+
+
+def _check_dtype(fn, tensor, allowed):
+    if tensor.dtype not in allowed:
+        raise TypeError("tfring.%s: tensor dtype %s is not supported; supported: %s"
+                        % (fn, tensor.dtype.name, ", ".join(d.name for d in allowed)))
+
+
+def _check_op(fn, op):
+    if op not in _OP_NAMES:
+        raise ValueError("tfring.%s: op=%r is not supported; use Average, Sum, Min, Max or Product" % (fn, op))
+
+
+def _check_process_set(fn, process_set):
+    if process_set not in (None, 0):
+        raise NotImplementedError("tfring.%s: process_set=%r is not supported; use init(comm=...)" % (fn, process_set))
+
+
+def _resolve_op(fn, op, average):
+    if average is not None:
+        if op is not None:
+            raise ValueError("tfring.%s: pass either op or the deprecated average, not both" % fn)
+        op = Average if average else Sum
+    op = Average if op is None else op
+    _check_op(fn, op)
+    return op
+
+
+def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0, ignore_name_scope=False):
+    tensor = tf.convert_to_tensor(tensor)
+    _check_dtype("allreduce", tensor, _NUMERIC)
+    return _ops().horovod_allreduce(tensor, reduce_op=op, prescale_factor=prescale_factor,
+                                    postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
+                                    name=_auto_name("HorovodAllreduce", tensor, name))
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None, ignore_name_scope=False):
+    """Reduces `tensor` over all ranks (default Average). tf.IndexedSlices are allgathered, as in Horovod."""
+    op = _resolve_op("allreduce", op, average)
+    _check_process_set("allreduce", process_set)
+    if isinstance(tensor, tf.IndexedSlices):
+        if op not in (Average, Sum):
+            raise ValueError("tfring.allreduce: op=%s is not supported for tf.IndexedSlices" % _OP_NAMES[op])
+        values = allgather(tensor.values, name=None if name is None else name + "_values")
+        indices = allgather(tensor.indices, name=None if name is None else name + "_indices")
+        scale = (1.0 / size() if op == Average else 1.0) * prescale_factor * postscale_factor
+        if scale != 1.0:
+            values = values * tf.cast(scale, values.dtype)
+        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                         postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope)
+    return compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None,
+                      ignore_name_scope=False):
+    """Allreduces a list of tensors negotiated and fused together (one op per dtype)."""
+    op = _resolve_op("grouped_allreduce", op, average)
+    _check_process_set("grouped_allreduce", process_set)
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor, name=None if name is None else "%s_%d" % (name, i))
+                for i, t in enumerate(tensors)]
+    compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    results = [None] * len(tensors)
+    by_dtype = {}
+    for i, (t, _) in enumerate(compressed):
+        _check_dtype("grouped_allreduce", t, _NUMERIC)
+        by_dtype.setdefault(t.dtype, []).append(i)
+    for dtype, idx in by_dtype.items():
+        group = [compressed[i][0] for i in idx]
+        op_name = name
+        if op_name is None and not tf.executing_eagerly():
+            op_name = "HorovodGroupedAllreduce_%s" % _normalize_name(group[0].name)
+        elif op_name is not None and len(by_dtype) > 1:
+            op_name = "%s_%s" % (op_name, dtype.name)
+        out = _ops().horovod_grouped_allreduce(group, reduce_op=op, prescale_factor=prescale_factor,
+                                               postscale_factor=postscale_factor,
+                                               ignore_name_scope=ignore_name_scope, name=op_name)
+        for i, r in zip(idx, out):
+            results[i] = compression.decompress(r, compressed[i][1])
+    return results
+
+
+def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
+    """Concatenates every rank's tensor along dim 0 (first dimensions may differ; scalars become vectors)."""
+    _check_process_set("allgather", process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    _check_dtype("allgather", tensor, _ANY)
+    return _ops().horovod_allgather(tensor, ignore_name_scope=ignore_name_scope,
+                                    name=_auto_name("HorovodAllgather", tensor, name))
+
+
+def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=False):
+    _check_process_set("grouped_allgather", process_set)
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    for t in tensors:
+        _check_dtype("grouped_allgather", t, _ANY)
+    if len({t.dtype for t in tensors}) > 1:
+        return [allgather(t, name=None if name is None else "%s_%d" % (name, i)) for i, t in enumerate(tensors)]
+    return _ops().horovod_grouped_allgather(tensors, ignore_name_scope=ignore_name_scope,
+                                            name=_auto_name("HorovodGroupedAllgather", tensors[0], name))
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
+    """Every rank receives root_rank's tensor."""
+    _check_process_set("broadcast", process_set)
+    if not isinstance(root_rank, int) or isinstance(root_rank, bool):
+        raise TypeError("tfring.broadcast: root_rank must be an int, got %r" % (root_rank,))
+    tensor = tf.convert_to_tensor(tensor)
+    _check_dtype("broadcast", tensor, _ANY)
+    return _ops().horovod_broadcast(tensor, root_rank=root_rank, ignore_name_scope=ignore_name_scope,
+                                    name=_auto_name("HorovodBroadcast", tensor, name))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
+    """Sends splits[i] rows of `tensor` to rank i; returns (received rows, received_splits)."""
+    _check_process_set("alltoall", process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    _check_dtype("alltoall", tensor, _ANY)
+    splits = tf.zeros([0], tf.int32) if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int32)
+    return _ops().horovod_alltoall(tensor, splits, ignore_name_scope=ignore_name_scope,
+                                   name=_auto_name("HorovodAlltoall", tensor, name))
+
+
+def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces over ranks and gives rank i the i-th block of dim 0 (first dim % size ranks get one more row)."""
+    _check_process_set("reducescatter", process_set)
+    _check_op("reducescatter", op)
+    tensor = tf.convert_to_tensor(tensor)
+    _check_dtype("reducescatter", tensor, _NUMERIC)
+    return _ops().horovod_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
+                                        postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
+                                        name=_auto_name("HorovodReducescatter", tensor, name))
+
+
+def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, ignore_name_scope=False,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    return [reducescatter(t, op=op, name=None if name is None else "%s_%d" % (name, i),
+                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                          ignore_name_scope=ignore_name_scope) for i, t in enumerate(tensors)]
+
+
+def join(process_set=None):
+    """Marks this rank as done with its data; it contributes zeros to allreduces until every rank has
+    joined. Returns the rank that joined last."""
+    _check_process_set("join", process_set)
+    result = _ops().horovod_join()
+    return int(result) if tf.executing_eagerly() else result
+
+
+def barrier(process_set=None):
+    _check_process_set("barrier", process_set)
+    return _ops().horovod_barrier()
+
+
+def size_op(process_set_id=0, name=None):
+    return _ops().horovod_size(process_set_id=process_set_id, name=name)
+
+
+def rank_op(process_set_id=0, name=None):
+    return _ops().horovod_rank(process_set_id=process_set_id, name=name)
+
+
+def local_size_op(process_set_id=0, name=None):
+    return _ops().horovod_local_size(process_set_id=process_set_id, name=name)
+
+
+def local_rank_op(process_set_id=0, name=None):
+    return _ops().horovod_local_rank(process_set_id=process_set_id, name=name)
+
+
+# ---- gradients -------------------------------------------------------------------------------------
+
+def _scales(op):
+    return op.get_attr("prescale_factor"), op.get_attr("postscale_factor")
+
+
+def _reduce_grad(op, grads):
+    """d/dx of y = reduce(x over ranks): Sum/Average send every rank's output grad back through the same
+    reduction; Min/Max route the summed grad to the ranks whose value won."""
+    reduce_op = op.get_attr("reduce_op")
+    pre, post = _scales(op)
+    if reduce_op in (Sum, Average):
+        return None, lambda gs, name: _ops().horovod_grouped_allreduce(
+            gs, reduce_op=reduce_op, prescale_factor=pre, postscale_factor=post, name=name)
+    if reduce_op in (Min, Max):
+        return reduce_op, lambda gs, name: _ops().horovod_grouped_allreduce(
+            gs, reduce_op=Sum, prescale_factor=1.0, postscale_factor=1.0, name=name)
+    raise NotImplementedError("tfring: the gradient of allreduce with op=Product is not implemented")
+
+
+@tf_ops.RegisterGradient("HorovodAllreduce")
+@tf_ops.RegisterGradient("HorovodGroupedAllreduce")
+def _allreduce_grad(op, *grads):
+    masked, reduce = _reduce_grad(op, grads)
+    grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
+    out = reduce(list(grads), "%s_grad" % _normalize_name(op.name))
+    if masked is not None:
+        out = [g * tf.cast(tf.equal(x, y), g.dtype) for g, x, y in zip(out, op.inputs, op.outputs)]
+    return out
+
+
+@tf_ops.RegisterGradient("HorovodAllgather")
+def _allgather_grad(op, grad):
+    """y = concat over ranks; this rank's x receives its slice of the grad summed over ranks."""
+    x = op.inputs[0]
+    grad = _allreduce(grad, op=Sum, name="%s_grad" % _normalize_name(op.name))
+    rows = tf.shape(x)[:1] if x.shape.rank != 0 else tf.ones([1], tf.int32)
+    all_rows = _ops().horovod_allgather(rows, name="%s_grad_rows" % _normalize_name(op.name))
+    offset = tf.reduce_sum(all_rows[:rank()])
+    piece = grad[offset:offset + all_rows[rank()]]
+    return tf.reshape(piece, tf.shape(x))
+
+
+@tf_ops.RegisterGradient("HorovodBroadcast")
+def _broadcast_grad(op, grad):
+    """y = x_root on every rank: the root's x gets the sum of every rank's grad, others get zero."""
+    reduced = _allreduce(grad, op=Sum, name="%s_grad" % _normalize_name(op.name))
+    if rank() != op.get_attr("root_rank"):
+        return tf.zeros_like(reduced)
+    return reduced
+
+
+@tf_ops.RegisterGradient("HorovodAlltoall")
+def _alltoall_grad(op, grad, grad_splits):
+    back, _ = _ops().horovod_alltoall(grad, op.outputs[1], name="%s_grad" % _normalize_name(op.name))
+    return back, None
+
+
+@tf_ops.RegisterGradient("HorovodReducescatter")
+def _reducescatter_grad(op, grad):
+    """y_r = reduce_s x_s[block r]: x's grad is every rank's block grad, gathered (Average also scales)."""
+    reduce_op = op.get_attr("reduce_op")
+    if reduce_op not in (Sum, Average):
+        raise NotImplementedError("tfring: the gradient of reducescatter is only implemented for Sum and Average")
+    pre, post = _scales(op)
+    gathered = _ops().horovod_allgather(grad, name="%s_grad" % _normalize_name(op.name))
+    scale = pre * post / (size() if reduce_op == Average else 1)
+    return gathered * tf.cast(scale, gathered.dtype) if scale != 1.0 else gathered
