@@ -4,6 +4,10 @@
     hvd.init()
     y = hvd.allreduce(x)          # averaged over all ranks
 """
+from tfring import _lib
+
+_lib.load()  # fails here, with how to rebuild, if the op library does not match this TensorFlow
+
 from tfring.basics import (cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled, init, is_homogeneous,
                            is_initialized, knob_table, local_rank, local_size, mpi_built, mpi_enabled,
                            mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)

@@ -37,7 +37,17 @@ def _auto_name(prefix, tensor, name):
     return name
 
 
+def _require_init(fn):
+    """Eager calls fail in Python with a plain message; graph-mode calls fail in the kernel."""
+    if tf.executing_eagerly():
+        from tfring.basics import is_initialized
+        if not is_initialized():
+            raise ValueError("tfring.%s: tfring has not been initialized (or was shut down); call tfring.init() "
+                             "first" % fn)
+
+
 def _check_dtype(fn, tensor, allowed):
+    _require_init(fn)
     if tensor.dtype not in allowed:
         raise TypeError("tfring.%s: tensor dtype %s is not supported; supported: %s"
                         % (fn, tensor.dtype.name, ", ".join(d.name for d in allowed)))
@@ -190,6 +200,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, igno
 def join(process_set=None):
     """Marks this rank as done with its data; it contributes zeros to allreduces until every rank has
     joined. Returns the rank that joined last."""
+    _require_init("join")
     _check_process_set("join", process_set)
     result = _ops().horovod_join()
     return int(result) if tf.executing_eagerly() else result
@@ -197,6 +208,7 @@ def join(process_set=None):
 
 def barrier(process_set=None):
     _check_process_set("barrier", process_set)
+    _require_init("barrier")
     return _ops().horovod_barrier()
 
 

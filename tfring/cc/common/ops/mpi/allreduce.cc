@@ -36,9 +36,8 @@ Status MpiAllreduce(MpiContext& ctx, const Response& r, const Entries& entries) 
     TFR_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf + off * esize, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype),
                                 ctx.comm));
   }
-  double post = r.postscale;
-  if (r.reduce_op == ReduceOp::AVERAGE) post /= (ctx.size - r.joined);
-  ScaleBuffer(buf, total, r.dtype, post);
+  ScaleBuffer(buf, total, r.dtype, r.postscale);
+  if (r.reduce_op == ReduceOp::AVERAGE) DivideBuffer(buf, total, r.dtype, ctx.size - r.joined);
   if (!single) {
     int64_t off = 0;
     for (size_t i = 0; i < entries.size(); ++i) {

@@ -25,9 +25,8 @@ Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entri
   ScaleBuffer(ctx.fusion_buffer.data(), total, r.dtype, r.prescale);
   TFR_CHECK_MPI(MPI_Reduce_scatter(ctx.fusion_buffer.data(), e->output->data(), counts.data(), ctx.Type(r.dtype),
                                    ctx.Op(r.reduce_op, r.dtype), ctx.comm));
-  double post = r.postscale;
-  if (r.reduce_op == ReduceOp::AVERAGE) post /= n;
-  ScaleBuffer(e->output->data(), counts[ctx.rank], r.dtype, post);
+  ScaleBuffer(e->output->data(), counts[ctx.rank], r.dtype, r.postscale);
+  if (r.reduce_op == ReduceOp::AVERAGE) DivideBuffer(e->output->data(), counts[ctx.rank], r.dtype, n);
   return Status::OK();
 }
 

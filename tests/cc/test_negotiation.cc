@@ -1,0 +1,242 @@
+// Negotiation protocol with ranks as threads: ordering, readiness, validation, cache fast path, join.
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "check.h"
+#include "../../tfring/cc/common/controller.h"
+
+using namespace tfring;
+
+namespace {
+
+class Hub {
+ public:
+  explicit Hub(int n) : n_(n), bits_(n), strs_(n) {}
+  void Barrier() {
+    std::unique_lock<std::mutex> lock(mu_);
+    uint64_t gen = gen_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return gen_ != gen; });
+    }
+  }
+  int n_;
+  std::vector<std::vector<uint64_t>> bits_;
+  std::vector<std::string> strs_;
+  std::string bcast_;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t gen_ = 0;
+};
+
+class ThreadTransport : public Transport {
+ public:
+  ThreadTransport(Hub& hub, int rank) : hub_(hub), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return hub_.n_; }
+  Status AllreduceBitAnd(std::vector<uint64_t>* bits) override {
+    hub_.bits_[rank_] = *bits;
+    hub_.Barrier();
+    for (int r = 0; r < hub_.n_; ++r) {
+      if (hub_.bits_[r].size() != bits->size()) return Status::Unknown("bit vector length differs across ranks");
+      for (size_t i = 0; i < bits->size(); ++i) (*bits)[i] &= hub_.bits_[r][i];
+    }
+    hub_.Barrier();
+    return Status::OK();
+  }
+  Status GatherToRoot(const std::string& mine, std::vector<std::string>* all) override {
+    hub_.strs_[rank_] = mine;
+    hub_.Barrier();
+    all->clear();
+    if (rank_ == 0) *all = hub_.strs_;
+    hub_.Barrier();
+    return Status::OK();
+  }
+  Status BroadcastFromRoot(std::string* bytes) override {
+    if (rank_ == 0) hub_.bcast_ = *bytes;
+    hub_.Barrier();
+    *bytes = hub_.bcast_;
+    hub_.Barrier();
+    return Status::OK();
+  }
+
+ private:
+  Hub& hub_;
+  int rank_;
+};
+
+TensorEntry Entry(const std::string& name, Shape shape, OpType op = OpType::ALLREDUCE) {
+  TensorEntry e;
+  e.request.name = name;
+  e.request.op = op;
+  e.request.shape = shape;
+  e.callback = [](const Status&) {};
+  return e;
+}
+
+using Submit = std::function<void(int rank, int cycle, TensorQueue& q)>;
+struct Run {
+  std::vector<std::vector<ResponseList>> lists;  // [rank][cycle]
+  std::vector<uint64_t> full_rounds;
+};
+
+// Runs `cycles` negotiation cycles on n ranks; after each cycle each rank takes (executes) its entries.
+Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 16) {
+  Hub hub(n);
+  Run run;
+  run.lists.assign(n, std::vector<ResponseList>(cycles));
+  run.full_rounds.assign(n, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ThreadTransport t(hub, r);
+      TensorQueue q;
+      Controller c(t, q, cache_capacity);
+      for (int cyc = 0; cyc < cycles; ++cyc) {
+        submit(r, cyc, q);
+        ResponseList& out = run.lists[r][cyc];
+        Status s = c.ComputeResponseList(false, &out);
+        if (!s.ok()) std::fprintf(stderr, "cycle failed: %s\n", s.message().c_str());
+        for (auto& resp : out.responses)
+          for (auto& name : resp.names) {
+            TensorEntry e;
+            q.Take(name, &e);
+          }
+      }
+      run.full_rounds[r] = c.full_rounds();
+    });
+  }
+  for (auto& th : threads) th.join();
+  return run;
+}
+
+std::vector<std::string> Names(const ResponseList& l) {
+  std::vector<std::string> out;
+  for (auto& r : l.responses)
+    for (auto& n : r.names) out.push_back(n);
+  return out;
+}
+
+bool SameOnAllRanks(const Run& run, int cycle) {
+  for (size_t r = 1; r < run.lists.size(); ++r)
+    if (Encode(run.lists[r][cycle]) != Encode(run.lists[0][cycle])) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST(DifferentSubmissionOrderSameDecisions) {
+  auto run = RunCycles(3, 1, [](int r, int, TensorQueue& q) {
+    std::vector<std::string> names = {"a", "b", "c"};
+    if (r == 1) std::swap(names[0], names[2]);
+    for (auto& n : names) q.Add({Entry(n, {4})});
+  });
+  EXPECT(SameOnAllRanks(run, 0));
+  EXPECT_EQ(Names(run.lists[0][0]).size(), 3u);
+}
+
+TEST(WaitsUntilEveryRankIsReady) {
+  auto run = RunCycles(2, 4, [](int r, int cyc, TensorQueue& q) {
+    if ((r == 0 && cyc == 0) || (r == 1 && cyc == 2)) q.Add({Entry("x", {2})});
+  });
+  for (int cyc = 0; cyc < 4; ++cyc) EXPECT(SameOnAllRanks(run, cyc));
+  EXPECT(run.lists[0][0].responses.empty());
+  EXPECT(run.lists[0][1].responses.empty());
+  EXPECT_EQ(Names(run.lists[0][2]), std::vector<std::string>{"x"});
+}
+
+TEST(MismatchIsAnErrorOnEveryRankAndRuntimeContinues) {
+  auto run = RunCycles(2, 2, [](int r, int cyc, TensorQueue& q) {
+    if (cyc == 0) q.Add({Entry("w", {r == 0 ? 2 : 3})});
+    if (cyc == 1) q.Add({Entry("v", {5})});
+  });
+  const Response& e = run.lists[1][0].responses.at(0);
+  EXPECT(SameOnAllRanks(run, 0));
+  EXPECT_EQ(e.kind, Response::ERROR);
+  EXPECT(e.error.find("'w'") != std::string::npos);
+  EXPECT(e.error.find("rank 0: [2]") != std::string::npos);
+  EXPECT(e.error.find("rank 1: [3]") != std::string::npos);
+  EXPECT_EQ(run.lists[1][1].responses.at(0).kind, Response::OK);
+}
+
+TEST(MismatchedCollectiveAndRoot) {
+  auto run = RunCycles(2, 2, [](int r, int cyc, TensorQueue& q) {
+    if (cyc == 0) q.Add({Entry("k", {2}, r == 0 ? OpType::ALLREDUCE : OpType::ALLGATHER)});
+    if (cyc == 1) {
+      TensorEntry e = Entry("b", {2}, OpType::BROADCAST);
+      e.request.root_rank = r;
+      q.Add({e});
+    }
+  });
+  EXPECT(run.lists[0][0].responses.at(0).error.find("collective") != std::string::npos);
+  EXPECT(run.lists[1][1].responses.at(0).error.find("root_rank") != std::string::npos);
+}
+
+TEST(SteadyStateUsesCacheFastPath) {
+  auto run = RunCycles(2, 5, [](int r, int, TensorQueue& q) {
+    if (r == 0) { q.Add({Entry("a", {3})}); q.Add({Entry("b", {1})}); }
+    else { q.Add({Entry("b", {1})}); q.Add({Entry("a", {3})}); }
+  });
+  for (int cyc = 0; cyc < 5; ++cyc) {
+    EXPECT(SameOnAllRanks(run, cyc));
+    EXPECT_EQ(Names(run.lists[0][cyc]).size(), 2u);
+  }
+  EXPECT_EQ(run.full_rounds[0], 1u);  // only the first cycle negotiated in full
+  EXPECT_EQ(run.full_rounds[1], 1u);
+}
+
+TEST(ChangedParametersInvalidateTheCache) {
+  auto run = RunCycles(2, 3, [](int r, int cyc, TensorQueue& q) {
+    Shape s = {2};
+    if (cyc == 1 && r == 0) s = {7};       // one rank changes: mismatch error on both
+    if (cyc == 2) s = {7};                 // both change: valid again
+    q.Add({Entry("g", s)});
+  });
+  for (int cyc = 0; cyc < 3; ++cyc) EXPECT(SameOnAllRanks(run, cyc));
+  EXPECT_EQ(run.lists[0][1].responses.at(0).kind, Response::ERROR);
+  EXPECT_EQ(run.lists[0][2].responses.at(0).kind, Response::OK);
+  EXPECT_EQ(run.lists[0][2].responses.at(0).sizes.at(0), 7);
+}
+
+TEST(CacheEvictionStaysConsistent) {
+  // Capacity 2 with 3 names cycling: evictions must not desynchronize ranks.
+  auto run = RunCycles(3, 6, [](int r, int cyc, TensorQueue& q) {
+    const char* names[] = {"p", "q", "s"};
+    for (int i = 0; i < 3; ++i) q.Add({Entry(names[(i + r + cyc) % 3], {1})});
+  }, 2);
+  for (int cyc = 0; cyc < 6; ++cyc) {
+    EXPECT(SameOnAllRanks(run, cyc));
+    EXPECT_EQ(Names(run.lists[0][cyc]).size(), 3u);
+  }
+}
+
+TEST(JoinedRanksContributeAndLastJoinerIsReported) {
+  auto run = RunCycles(2, 3, [](int r, int cyc, TensorQueue& q) {
+    if (cyc == 0) q.Add({Entry("warm", {2})});  // cached, then bypassed while a rank is joined
+    if (cyc == 1 && r == 1) q.Add({Entry("__tfring_join__", {}, OpType::JOIN)});
+    if (cyc == 1 && r == 0) q.Add({Entry("warm", {2})});
+    if (cyc == 2 && r == 0) q.Add({Entry("__tfring_join__", {}, OpType::JOIN)});
+  });
+  for (int cyc = 0; cyc < 3; ++cyc) EXPECT(SameOnAllRanks(run, cyc));
+  const Response& ar = run.lists[0][1].responses.at(0);
+  EXPECT_EQ(ar.names[0], "warm");
+  EXPECT_EQ(ar.joined, 1);
+  const Response& j = run.lists[1][2].responses.at(0);
+  EXPECT(j.op == OpType::JOIN);
+  EXPECT_EQ(j.last_joined_rank, 0);
+}
+
+TEST(DuplicateNameInFlightRejectedLocally) {
+  TensorQueue q;
+  EXPECT(q.Add({Entry("d", {1})}).ok());
+  Status s = q.Add({Entry("d", {1})});
+  EXPECT(!s.ok());
+  EXPECT(s.message().find("'d'") != std::string::npos);
+}

@@ -1,0 +1,132 @@
+"""Size 1, no launcher: `python train.py` must work, and the op library must behave like Horovod's."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring as hvd
+from conftest import ROOT, rank_env
+
+OP_NAMES = ["HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather", "HorovodGroupedAllgather",
+            "HorovodBroadcast", "HorovodAlltoall", "HorovodReducescatter", "HorovodGroupedReducescatter",
+            "HorovodJoin", "HorovodBarrier", "HorovodSize", "HorovodRank", "HorovodLocalSize", "HorovodLocalRank"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def initialized():
+    hvd.init()
+    yield
+
+
+def test_topology_without_launcher():
+    assert (hvd.size(), hvd.rank(), hvd.local_size(), hvd.local_rank()) == (1, 0, 1, 0)
+    assert (hvd.cross_size(), hvd.cross_rank()) == (1, 0)
+    assert hvd.is_initialized() and hvd.is_homogeneous()
+
+
+def test_ops_registered_stateful_with_horovod_attrs():
+    from tensorflow.python.framework import op_def_registry
+    for name in OP_NAMES:
+        op_def = op_def_registry.get(name)
+        assert op_def is not None, name
+        assert op_def.is_stateful, name  # never constant-folded or pruned
+    attrs = {a.name for a in op_def_registry.get("HorovodAllreduce").attr}
+    assert {"T", "reduce_op", "prescale_factor", "postscale_factor", "ignore_name_scope",
+            "process_set_id"} <= attrs
+    assert "root_rank" in {a.name for a in op_def_registry.get("HorovodBroadcast").attr}
+
+
+def test_identity_collectives_at_size_one():
+    x = tf.reshape(tf.range(6, dtype=tf.float32), [2, 3])
+    np.testing.assert_array_equal(hvd.allreduce(x).numpy(), x.numpy())
+    np.testing.assert_array_equal(hvd.allreduce(x, prescale_factor=2.0, op=hvd.Sum).numpy(), 2 * x.numpy())
+    np.testing.assert_array_equal(hvd.allgather(x).numpy(), x.numpy())
+    np.testing.assert_array_equal(hvd.broadcast(x, 0).numpy(), x.numpy())
+    out, splits = hvd.alltoall(x)
+    np.testing.assert_array_equal(out.numpy(), x.numpy())
+    assert splits.numpy().tolist() == [2]
+    np.testing.assert_array_equal(hvd.reducescatter(x, op=hvd.Sum).numpy(), x.numpy())
+    assert hvd.join() == 0
+    hvd.barrier()
+
+
+def test_ignore_name_scope_and_graph_names():
+    @tf.function
+    def f(x):
+        with tf.name_scope("outer"):
+            return hvd.allreduce(x, ignore_name_scope=True, name="plain")
+    assert f(tf.ones([2])).numpy().tolist() == [1.0, 1.0]
+
+
+def test_knob_table_lists_settings():
+    names = [row[0] for row in hvd.knob_table()]
+    for knob in ["TFRING_FUSION_THRESHOLD", "TFRING_CYCLE_TIME", "TFRING_CACHE_CAPACITY", "TFRING_LOG_LEVEL"]:
+        assert knob in names
+
+
+def run_script(code, env=None):
+    e = rank_env()
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=e, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+
+
+def test_lifecycle_errors_and_reinit():
+    proc = run_script("""
+        import tensorflow as tf, tfring as hvd
+        try:
+            hvd.allreduce(tf.ones([1]))
+        except ValueError as e:
+            print("BEFORE_INIT:", e)
+        try:
+            tf.function(lambda: hvd.allreduce(tf.ones([1])))()
+        except tf.errors.FailedPreconditionError as e:
+            print("GRAPH_BEFORE_INIT:", e.message)
+        try:
+            hvd.size()
+        except ValueError as e:
+            print("SIZE:", e)
+        hvd.init()
+        hvd.shutdown()
+        try:
+            hvd.allgather(tf.ones([1]))
+        except ValueError as e:
+            print("AFTER_SHUTDOWN:", e)
+        hvd.init()
+        print("REINIT:", hvd.allreduce(tf.ones([2])).numpy().tolist())
+    """)
+    assert proc.returncode == 0, proc.stdout
+    assert "BEFORE_INIT: tfring.allreduce: tfring has not been initialized" in proc.stdout
+    assert "tfring has not been initialized (or was shut down); call tfring.init() first" in \
+        proc.stdout.split("GRAPH_BEFORE_INIT:")[1]
+    assert "SIZE: tfring has not been initialized" in proc.stdout
+    assert "AFTER_SHUTDOWN: tfring.allgather: tfring has not been initialized" in proc.stdout
+    assert "REINIT: [1.0, 1.0]" in proc.stdout
+
+
+def test_hvd_knobs_accept_horovod_aliases():
+    proc = run_script("""
+        import tfring as hvd, tensorflow as tf
+        hvd.init()
+        print(hvd.allreduce(tf.ones([3])).numpy().tolist())
+    """, env={"HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_LOG_LEVEL": "debug"})
+    assert proc.returncode == 0, proc.stdout
+    assert "fusion 0 B" in proc.stdout
+
+
+def test_library_built_for_other_tf_is_refused(tmp_path):
+    import json
+    import shutil
+    pkg = tmp_path / "tfring"
+    shutil.copytree(os.path.dirname(hvd.__file__), pkg)
+    (pkg / "build_info.json").write_text(json.dumps({"tensorflow": "2.15.0"}))
+    proc = subprocess.run([sys.executable, "-c", "import tfring as hvd; hvd.init()"], cwd=str(tmp_path),
+                          env=dict(rank_env(), PYTHONPATH=str(tmp_path)), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "built for TensorFlow 2.15.0 but TensorFlow 2.21" in proc.stdout
+    assert "Rebuild tfring" in proc.stdout

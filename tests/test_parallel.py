@@ -1,0 +1,18 @@
+"""Real ranks: every tests/parallel/ranks_*.py file runs under mpirun at np=2 and np=3; each rank checks
+its own values, so a wrong value on any rank fails the job."""
+import glob
+import os
+
+import pytest
+
+from conftest import HERE, run_rank_pytest
+
+FILES = sorted(os.path.relpath(p, os.path.dirname(HERE)) for p in glob.glob(os.path.join(HERE, "parallel/ranks_*.py")))
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("test_file", FILES)
+def test_ranks(test_file, np_):
+    proc = run_rank_pytest(np_, test_file)
+    # Every rank must have run and passed tests (guards against a file that collects nothing).
+    assert proc.stdout.count(" passed") >= np_, proc.stdout[-5000:]
