@@ -36,7 +36,7 @@ def run_rank_pytest(np_, test_file, timeout=900, extra_env=None):
     """Each rank runs the same pytest file in the same order; any failing rank fails the job."""
     env = rank_env()
     env.update(extra_env or {})
-    proc = run_ranks(np_, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", test_file], timeout, env)
+    proc = run_ranks(np_, ["-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-x", test_file], timeout, env)
     if proc.returncode != 0:
         pytest.fail("%s at np=%d failed (exit %d):\n%s" % (test_file, np_, proc.returncode, proc.stdout[-20000:]))
     return proc

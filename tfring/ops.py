@@ -29,12 +29,15 @@ def _normalize_name(name):
     return re.sub("[^a-zA-Z0-9_]", "_", name)
 
 
-def _auto_name(prefix, tensor, name):
-    """Graph mode: derive a name every rank derives identically. Eager: the op's own name (one op in
-    flight per thread, so equal on all ranks)."""
-    if name is None and not tf.executing_eagerly():
+def _names(prefix, tensor, name):
+    """Keyword args naming the collective. Graph mode: the node name (derived from the input when not
+    given, identical on every rank). Eager mode: TF names every kernel by its op type, so a given name
+    travels in the tensor_name attr; unnamed eager ops share the op type name (one in flight per thread)."""
+    if tf.executing_eagerly():
+        return {"tensor_name": name or ""}
+    if name is None:
         name = "%s_%s" % (prefix, _normalize_name(tensor.name))
-    return name
+    return {"name": name}
 
 
 def _require_init(fn):
@@ -78,7 +81,7 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
     _check_dtype("allreduce", tensor, _NUMERIC)
     return _ops().horovod_allreduce(tensor, reduce_op=op, prescale_factor=prescale_factor,
                                     postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-                                    name=_auto_name("HorovodAllreduce", tensor, name))
+                                    **_names("HorovodAllreduce", tensor, name))
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
@@ -122,14 +125,11 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
         by_dtype.setdefault(t.dtype, []).append(i)
     for dtype, idx in by_dtype.items():
         group = [compressed[i][0] for i in idx]
-        op_name = name
-        if op_name is None and not tf.executing_eagerly():
-            op_name = "HorovodGroupedAllreduce_%s" % _normalize_name(group[0].name)
-        elif op_name is not None and len(by_dtype) > 1:
-            op_name = "%s_%s" % (op_name, dtype.name)
+        group_name = name if name is None or len(by_dtype) == 1 else "%s_%s" % (name, dtype.name)
         out = _ops().horovod_grouped_allreduce(group, reduce_op=op, prescale_factor=prescale_factor,
                                                postscale_factor=postscale_factor,
-                                               ignore_name_scope=ignore_name_scope, name=op_name)
+                                               ignore_name_scope=ignore_name_scope,
+                                               **_names("HorovodGroupedAllreduce", group[0], group_name))
         for i, r in zip(idx, out):
             results[i] = compression.decompress(r, compressed[i][1])
     return results
@@ -141,7 +141,7 @@ def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype("allgather", tensor, _ANY)
     return _ops().horovod_allgather(tensor, ignore_name_scope=ignore_name_scope,
-                                    name=_auto_name("HorovodAllgather", tensor, name))
+                                    **_names("HorovodAllgather", tensor, name))
 
 
 def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=False):
@@ -154,7 +154,7 @@ def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=Fa
     if len({t.dtype for t in tensors}) > 1:
         return [allgather(t, name=None if name is None else "%s_%d" % (name, i)) for i, t in enumerate(tensors)]
     return _ops().horovod_grouped_allgather(tensors, ignore_name_scope=ignore_name_scope,
-                                            name=_auto_name("HorovodGroupedAllgather", tensors[0], name))
+                                            **_names("HorovodGroupedAllgather", tensors[0], name))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
@@ -165,7 +165,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype("broadcast", tensor, _ANY)
     return _ops().horovod_broadcast(tensor, root_rank=root_rank, ignore_name_scope=ignore_name_scope,
-                                    name=_auto_name("HorovodBroadcast", tensor, name))
+                                    **_names("HorovodBroadcast", tensor, name))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
@@ -175,7 +175,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope
     _check_dtype("alltoall", tensor, _ANY)
     splits = tf.zeros([0], tf.int32) if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int32)
     return _ops().horovod_alltoall(tensor, splits, ignore_name_scope=ignore_name_scope,
-                                   name=_auto_name("HorovodAlltoall", tensor, name))
+                                   **_names("HorovodAlltoall", tensor, name))
 
 
 def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False,
@@ -187,7 +187,7 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_s
     _check_dtype("reducescatter", tensor, _NUMERIC)
     return _ops().horovod_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
                                         postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-                                        name=_auto_name("HorovodReducescatter", tensor, name))
+                                        **_names("HorovodReducescatter", tensor, name))
 
 
 def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, ignore_name_scope=False,
@@ -230,6 +230,15 @@ def local_rank_op(process_set_id=0, name=None):
 
 # ---- gradients -------------------------------------------------------------------------------------
 
+def _grad_name(op, suffix="grad"):
+    """Gradient collectives are named after the forward op in graphs; eager ones run one at a time."""
+    if tf.executing_eagerly():
+        return {}
+    # Tape gradients inside tf.function get a mock op without a name; its output tensor has one.
+    base = getattr(op, "name", None) or op.outputs[0].name
+    return {"name": "%s_%s" % (_normalize_name(base), suffix)}
+
+
 def _scales(op):
     return op.get_attr("prescale_factor"), op.get_attr("postscale_factor")
 
@@ -240,11 +249,11 @@ def _reduce_grad(op, grads):
     reduce_op = op.get_attr("reduce_op")
     pre, post = _scales(op)
     if reduce_op in (Sum, Average):
-        return None, lambda gs, name: _ops().horovod_grouped_allreduce(
-            gs, reduce_op=reduce_op, prescale_factor=pre, postscale_factor=post, name=name)
+        return None, lambda gs, names: _ops().horovod_grouped_allreduce(
+            gs, reduce_op=reduce_op, prescale_factor=pre, postscale_factor=post, **names)
     if reduce_op in (Min, Max):
-        return reduce_op, lambda gs, name: _ops().horovod_grouped_allreduce(
-            gs, reduce_op=Sum, prescale_factor=1.0, postscale_factor=1.0, name=name)
+        return reduce_op, lambda gs, names: _ops().horovod_grouped_allreduce(
+            gs, reduce_op=Sum, prescale_factor=1.0, postscale_factor=1.0, **names)
     raise NotImplementedError("tfring: the gradient of allreduce with op=Product is not implemented")
 
 
@@ -253,7 +262,7 @@ def _reduce_grad(op, grads):
 def _allreduce_grad(op, *grads):
     masked, reduce = _reduce_grad(op, grads)
     grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
-    out = reduce(list(grads), "%s_grad" % _normalize_name(op.name))
+    out = reduce(list(grads), _grad_name(op))
     if masked is not None:
         out = [g * tf.cast(tf.equal(x, y), g.dtype) for g, x, y in zip(out, op.inputs, op.outputs)]
     return out
@@ -263,9 +272,10 @@ def _allreduce_grad(op, *grads):
 def _allgather_grad(op, grad):
     """y = concat over ranks; this rank's x receives its slice of the grad summed over ranks."""
     x = op.inputs[0]
-    grad = _allreduce(grad, op=Sum, name="%s_grad" % _normalize_name(op.name))
+    grad = _ops().horovod_allreduce(grad, reduce_op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+                                    **_grad_name(op))
     rows = tf.shape(x)[:1] if x.shape.rank != 0 else tf.ones([1], tf.int32)
-    all_rows = _ops().horovod_allgather(rows, name="%s_grad_rows" % _normalize_name(op.name))
+    all_rows = _ops().horovod_allgather(rows, **_grad_name(op, "grad_rows"))
     offset = tf.reduce_sum(all_rows[:rank()])
     piece = grad[offset:offset + all_rows[rank()]]
     return tf.reshape(piece, tf.shape(x))
@@ -274,7 +284,8 @@ def _allgather_grad(op, grad):
 @tf_ops.RegisterGradient("HorovodBroadcast")
 def _broadcast_grad(op, grad):
     """y = x_root on every rank: the root's x gets the sum of every rank's grad, others get zero."""
-    reduced = _allreduce(grad, op=Sum, name="%s_grad" % _normalize_name(op.name))
+    reduced = _ops().horovod_allreduce(grad, reduce_op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+                                       **_grad_name(op))
     if rank() != op.get_attr("root_rank"):
         return tf.zeros_like(reduced)
     return reduced
@@ -282,7 +293,7 @@ def _broadcast_grad(op, grad):
 
 @tf_ops.RegisterGradient("HorovodAlltoall")
 def _alltoall_grad(op, grad, grad_splits):
-    back, _ = _ops().horovod_alltoall(grad, op.outputs[1], name="%s_grad" % _normalize_name(op.name))
+    back, _ = _ops().horovod_alltoall(grad, op.outputs[1], **_grad_name(op))
     return back, None
 
 
@@ -293,6 +304,6 @@ def _reducescatter_grad(op, grad):
     if reduce_op not in (Sum, Average):
         raise NotImplementedError("tfring: the gradient of reducescatter is only implemented for Sum and Average")
     pre, post = _scales(op)
-    gathered = _ops().horovod_allgather(grad, name="%s_grad" % _normalize_name(op.name))
+    gathered = _ops().horovod_allgather(grad, **_grad_name(op))
     scale = pre * post / (size() if reduce_op == Average else 1)
     return gathered * tf.cast(scale, gathered.dtype) if scale != 1.0 else gathered

@@ -56,7 +56,9 @@ bool FromTF(tfw::DataType in, DataType* out) {
 }
 
 std::string TensorName(tfw::OpKernelConstruction* c, bool ignore_name_scope) {
-  std::string name = c->def().name();
+  std::string name;
+  if (c->GetAttr("tensor_name", &name).ok() && !name.empty()) return name;
+  name = c->def().name();
   if (ignore_name_scope) {
     auto pos = name.rfind('/');
     if (pos != std::string::npos) name = name.substr(pos + 1);
