@@ -21,7 +21,9 @@ def rank_env():
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TF_CPP_MIN_LOG_LEVEL="2",
                OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="2",
-               PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
+               # Never import the source tree's tfring/ (no compiled library there) by accident via the cwd:
+               # tests run the installed package, or the tree named in PYTHONPATH by a developer.
+               PYTHONSAFEPATH="1")
     return env
 
 
@@ -40,3 +42,8 @@ def run_rank_pytest(np_, test_file, timeout=900, extra_env=None):
     if proc.returncode != 0:
         pytest.fail("%s at np=%d failed (exit %d):\n%s" % (test_file, np_, proc.returncode, proc.stdout[-20000:]))
     return proc
+
+
+def pytest_report_header(config):
+    import tfring
+    return "tfring under test: %s" % os.path.dirname(tfring.__file__)

@@ -1,0 +1,42 @@
+"""Keep the best model so far, written by rank 0 only and atomically (temp file + rename), so a kill during
+a save leaves the previous checkpoint loadable."""
+import os
+
+import keras
+import numpy as np
+
+import tfring
+
+
+class BestModelCheckpoint(keras.callbacks.Callback):
+    def __init__(self, filepath, monitor="val_loss", verbose=0, mode="auto", save_weights_only=False):
+        super().__init__()
+        if mode not in ("auto", "min", "max"):
+            raise ValueError("BestModelCheckpoint: mode=%r must be 'auto', 'min' or 'max'" % (mode,))
+        self.filepath = filepath
+        self.monitor = monitor
+        self.verbose = verbose
+        self.save_weights_only = save_weights_only
+        if mode == "auto":
+            mode = "max" if "acc" in monitor or monitor.startswith("fmeasure") else "min"
+        self.better = np.less if mode == "min" else np.greater
+        self.best = np.inf if mode == "min" else -np.inf
+
+    def on_epoch_end(self, epoch, logs=None):
+        current = (logs or {}).get(self.monitor)
+        if current is None or not self.better(current, self.best):
+            return
+        self.best = current
+        if tfring.rank() != 0:
+            return
+        path = self.filepath.format(epoch=epoch + 1, **(logs or {}))
+        directory, name = os.path.split(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, ".tmp-%d-%s" % (os.getpid(), name))  # same suffix: Keras picks the format
+        if self.save_weights_only:
+            self.model.save_weights(tmp)
+        else:
+            self.model.save(tmp)
+        os.replace(tmp, path)
+        if self.verbose:
+            print("\nEpoch %d: %s improved to %.5f, saved %s" % (epoch + 1, self.monitor, current, path))

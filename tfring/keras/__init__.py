@@ -1,0 +1,48 @@
+"""tfring for Keras 3: `import tfring.keras as hvd` is a drop-in for `horovod.tensorflow.keras`."""
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfring as _tfring
+from tfring import *  # noqa: F401,F403  init, rank, size, Compression, Average, ...
+from tfring.keras import callbacks  # noqa: F401
+from tfring.keras.optimizer import DistributedOptimizer
+
+
+def _to_tensor(value):
+    return tf.convert_to_tensor(keras.ops.convert_to_numpy(value) if not tf.is_tensor(value) else value)
+
+
+def allreduce(value, name=None, average=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Allreduce of a numpy or Keras value; returns a numpy array."""
+    return _tfring.allreduce(_to_tensor(value), name=name, average=average, op=op,
+                             prescale_factor=prescale_factor, postscale_factor=postscale_factor).numpy()
+
+
+def allgather(value, name=None):
+    return _tfring.allgather(_to_tensor(value), name=name).numpy()
+
+
+def broadcast(value, root_rank, name=None):
+    return _tfring.broadcast(_to_tensor(value), root_rank, name=name).numpy()
+
+
+def broadcast_global_variables(root_rank, model=None):
+    """Broadcasts a model's (and its built optimizer's) variables from root_rank. Keras 3 has no global
+    variable collection, so the model is required."""
+    if model is None:
+        raise ValueError("tfring.keras.broadcast_global_variables: model=None; Keras 3 has no global variables, "
+                         "pass model=<your model> (or use BroadcastGlobalVariablesCallback)")
+    variables = list(model.variables)
+    if getattr(model, "optimizer", None) is not None and model.optimizer.built:
+        variables += list(model.optimizer.variables)
+    _tfring.broadcast_variables(variables, root_rank)
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=True):
+    """keras.models.load_model that knows DistributedOptimizer: a model saved with one resumes with one."""
+    objects = {"DistributedOptimizer": DistributedOptimizer, "tfring>DistributedOptimizer": DistributedOptimizer}
+    objects.update(custom_objects or {})
+    for opt in custom_optimizers or []:
+        objects[opt.__name__] = opt
+    return keras.models.load_model(filepath, custom_objects=objects, compile=compile)

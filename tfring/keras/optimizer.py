@@ -1,0 +1,134 @@
+"""DistributedOptimizer for Keras 3: wraps an inner optimizer through public API only (like
+keras.optimizers.LossScaleOptimizer) and allreduces gradients in apply() before the inner update."""
+import keras
+from keras import ops
+
+from tfring.basics import size
+from tfring.compression import Compression
+from tfring.ops import Average, Sum
+from tfring.tape import reduce_gradients
+
+_COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16, "bf16": Compression.bf16}
+
+
+def _compression_name(c):
+    for name, cls in _COMPRESSIONS.items():
+        if c is cls:
+            return name
+    raise ValueError("tfring.keras.DistributedOptimizer: compression=%r is not one of Compression.none/fp16/bf16"
+                     % (c,))
+
+
+@keras.saving.register_keras_serializable(package="tfring")
+class DistributedOptimizer(keras.optimizers.Optimizer):
+    """Averages (op=Average) or sums (op=Sum) gradients over all ranks, then applies the inner optimizer.
+
+    backward_passes_per_step=k accumulates k local gradients and communicates once every k steps
+    (sum of the k gradients, or their mean with average_aggregated_gradients=True)."""
+
+    def __init__(self, optimizer, name=None, op=Average, compression=Compression.none, sparse_as_dense=False,
+                 backward_passes_per_step=1, average_aggregated_gradients=False, gradient_predivide_factor=1.0,
+                 groups=None, device_dense="", device_sparse="", process_set=None, **kwargs):
+        if isinstance(optimizer, dict):
+            optimizer = keras.optimizers.deserialize(optimizer)
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
+            raise TypeError("tfring.keras.DistributedOptimizer: optimizer must be a keras.optimizers.Optimizer, "
+                            "got %r" % (optimizer,))
+        if op not in (Average, Sum):
+            raise ValueError("tfring.keras.DistributedOptimizer: op=%r must be Average or Sum" % (op,))
+        if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+            raise ValueError("tfring.keras.DistributedOptimizer: backward_passes_per_step=%r must be an int >= 1"
+                             % (backward_passes_per_step,))
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("tfring.keras.DistributedOptimizer: gradient_predivide_factor=%r needs op=Average"
+                             % (gradient_predivide_factor,))
+        if process_set not in (None, 0):
+            raise NotImplementedError("tfring.keras.DistributedOptimizer: process_set is not supported")
+        if isinstance(compression, str):
+            compression = _COMPRESSIONS[compression]
+        _compression_name(compression)
+        kwargs.pop("learning_rate", None)
+        super().__init__(learning_rate=0.0, name=name or "Distributed%s" % type(optimizer).__name__, **kwargs)
+        self.inner_optimizer = optimizer
+        self.op = op
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.backward_passes_per_step = backward_passes_per_step
+        self.average_aggregated_gradients = average_aggregated_gradients
+        self.gradient_predivide_factor = gradient_predivide_factor
+
+    def build(self, var_list):
+        self.inner_optimizer.build(var_list)
+        if self.backward_passes_per_step > 1:
+            self._pass_counter = self.add_variable((), dtype="int64", initializer="zeros", name="pass_counter")
+            self._accumulators = [self.add_variable_from_reference(v, name="grad_accumulator") for v in var_list]
+        super().build(var_list)
+
+    @property
+    def variables(self):
+        return self._variables + self.inner_optimizer.variables
+
+    @property
+    def learning_rate(self):
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        self.inner_optimizer.learning_rate = value
+
+    @property
+    def iterations(self):
+        return self.inner_optimizer.iterations
+
+    def _reduce(self, grads):
+        if size() == 1:
+            return list(grads)  # nothing to communicate: bitwise identical to the inner optimizer
+        return reduce_gradients(list(grads), self.op, self.compression, self.sparse_as_dense,
+                                self.gradient_predivide_factor)
+
+    def apply(self, grads, trainable_variables=None):
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        if self.backward_passes_per_step == 1:
+            self.inner_optimizer.apply(self._reduce(grads), trainable_variables)
+            return
+        import tensorflow as tf
+        for acc, g in zip(self._accumulators, grads):
+            if g is not None:
+                acc.assign_add(tf.convert_to_tensor(g))
+        self._pass_counter.assign_add(1)
+
+        def communicate_and_apply():
+            k = float(self.backward_passes_per_step)
+            total = [a / k if self.average_aggregated_gradients else ops.convert_to_tensor(a)
+                     for a in self._accumulators]
+            self.inner_optimizer.apply(self._reduce(total), trainable_variables)
+            for a in self._accumulators:
+                a.assign(ops.zeros_like(a))
+            return ops.convert_to_tensor(True)
+
+        ops.cond(ops.equal(self._pass_counter % self.backward_passes_per_step, 0), communicate_and_apply,
+                 lambda: ops.convert_to_tensor(False))
+
+    def finalize_variable_values(self, var_list):
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
+            "op": self.op,
+            "compression": _compression_name(self.compression),
+            "sparse_as_dense": self.sparse_as_dense,
+            "backward_passes_per_step": self.backward_passes_per_step,
+            "average_aggregated_gradients": self.average_aggregated_gradients,
+            "gradient_predivide_factor": self.gradient_predivide_factor,
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        inner = keras.saving.deserialize_keras_object(config.pop("optimizer"), custom_objects=custom_objects)
+        return cls(inner, **config)

@@ -1,0 +1,3 @@
+from tfring.runner.launch import main
+
+main()
