@@ -129,6 +129,9 @@ def main(argv=None):
         args.command = args.command[1:]
     if not args.command:
         raise SystemExit("tfringrun: no command to run (e.g. tfringrun -np 2 python train.py)")
+    if args.command[0] in ("python", "python3"):
+        # A bare `python` means the interpreter tfring is installed in, even when the venv is not activated.
+        args.command[0] = sys.executable
     os.environ.update(knob_env(args))
     cmd = build_command(args)
     if args.verbose:
