@@ -130,3 +130,31 @@ def test_library_built_for_other_tf_is_refused(tmp_path):
     assert proc.returncode != 0
     assert "built for TensorFlow 2.15.0 but TensorFlow 2.21" in proc.stdout
     assert "Rebuild tfring" in proc.stdout
+
+
+def test_keras_wrapper_at_size_one_is_bitwise_identical_and_round_trips_config():
+    import keras
+    import tfring.keras as hvdk
+
+    def train(wrap):
+        keras.utils.set_random_seed(3)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(1)])
+        opt = keras.optimizers.Adam(0.01)
+        model.compile(optimizer=hvdk.DistributedOptimizer(opt) if wrap else opt, loss="mse")
+        rng = np.random.RandomState(0)
+        model.fit(rng.randn(32, 4), rng.randn(32, 1), batch_size=8, epochs=2, shuffle=False, verbose=0)
+        return model
+    for a, b in zip(train(False).get_weights(), train(True).get_weights()):
+        np.testing.assert_array_equal(a, b)
+    opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(0.3, momentum=0.5), op=hvd.Sum,
+                                    compression=hvd.Compression.fp16, backward_passes_per_step=3)
+    back = hvdk.DistributedOptimizer.from_config(opt.get_config())
+    assert back.get_config() == opt.get_config()
+    assert back.backward_passes_per_step == 3 and back.compression is hvd.Compression.fp16
+    assert abs(float(back.inner_optimizer.learning_rate) - 0.3) < 1e-7
+    back.learning_rate = 0.1  # settable, reaches the inner optimizer
+    assert abs(float(back.inner_optimizer.learning_rate) - 0.1) < 1e-7
+    with pytest.raises(ValueError, match="backward_passes_per_step=0"):
+        hvdk.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0)
+    with pytest.raises(TypeError, match="optimizer must be"):
+        hvdk.DistributedOptimizer("sgd")

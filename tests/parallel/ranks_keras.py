@@ -1,0 +1,182 @@
+"""Keras 3 DistributedOptimizer and callbacks on real ranks, compared with single-process references."""
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring.keras as hvd
+from rank_helpers import init
+
+R, N = init()
+B = 4  # per-rank batch
+
+
+def make_model(seed=0, embedding=False):
+    keras.utils.set_random_seed(seed)  # same initial weights on every rank and in the reference
+    if embedding:
+        return keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(20, 4),
+                                 keras.layers.Flatten(), keras.layers.Dense(1)])
+    return keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+
+
+def data(steps, per_step, embedding=False, seed=7):
+    rng = np.random.RandomState(seed)
+    n = steps * per_step
+    x = rng.randint(0, 20, size=(n, 3)).astype("int32") if embedding else rng.randn(n, 5).astype("float32")
+    return x, rng.randn(n, 1).astype("float32")
+
+
+def my_shard(x, y, steps, per_rank):
+    """Rank r's part of every global batch, in order: global batch s = ranks' batches s concatenated."""
+    idx = np.concatenate([np.arange(s * N * per_rank + R * per_rank, s * N * per_rank + (R + 1) * per_rank)
+                          for s in range(steps)])
+    return x[idx], y[idx]
+
+
+def weights_equal_everywhere(model):
+    flat = np.concatenate([w.ravel() for w in model.get_weights()]).astype(np.float64)
+    gathered = hvd.allgather(flat[None, :])
+    return all(np.array_equal(gathered[0], g) for g in gathered)
+
+
+class WeightsCheck(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.ok = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.ok.append(weights_equal_everywhere(self.model))
+
+
+def reference_weights(x, y, batch, steps, epochs=1, embedding=False, optimizer=None):
+    ref = make_model(embedding=embedding)
+    ref.compile(optimizer=optimizer or keras.optimizers.SGD(0.1), loss="mse")
+    ref.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False, verbose=0, steps_per_epoch=steps)
+    return ref.get_weights()
+
+
+def test_fit_matches_single_process_full_batch_and_stays_identical():
+    steps = 5
+    x, y = data(steps, N * B)
+    xs, ys = my_shard(x, y, steps, B)
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    check = WeightsCheck()
+    model.fit(xs, ys, batch_size=B, epochs=2, shuffle=False, verbose=0, callbacks=[check])
+    assert check.ok == [True, True]  # bitwise identical on every rank after every epoch
+    want = reference_weights(x, y, N * B, steps, epochs=2)
+    for got, ref in zip(model.get_weights(), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_embedding_sparse_gradients(sparse_as_dense):
+    steps = 3
+    x, y = data(steps, N * B, embedding=True)
+    xs, ys = my_shard(x, y, steps, B)
+    model = make_model(embedding=True)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), sparse_as_dense=sparse_as_dense),
+                  loss="mse")
+    model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    assert weights_equal_everywhere(model)
+    want = reference_weights(x, y, N * B, steps, embedding=True)
+    for got, ref in zip(model.get_weights(), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_backward_passes_per_step_matches_double_batch():
+    steps = 4  # 2 updates of 2 passes each
+    x, y = data(steps, N * B)
+    # Pass p of update u on rank r holds global-batch rows [u, r, p]: reorder so that the reference's
+    # batch u (size 2*N*B) holds exactly the rows of update u.
+    xs, ys = my_shard(x, y, steps, B)
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2,
+                                                     average_aggregated_gradients=True), loss="mse")
+    model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    assert weights_equal_everywhere(model)
+    assert int(model.optimizer.iterations.numpy()) == steps // 2
+    want = reference_weights(x, y, 2 * N * B, steps // 2)
+    for got, ref in zip(model.get_weights(), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_fp16_compression_trains():
+    x, y = data(10, N * B)
+    xs, ys = my_shard(x, y, 10, B)
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05), compression=hvd.Compression.fp16),
+                  loss="mse")
+    hist = model.fit(xs, ys, batch_size=B, epochs=3, shuffle=False, verbose=0)
+    assert hist.history["loss"][-1] < hist.history["loss"][0]
+    assert weights_equal_everywhere(model)
+
+
+def test_broadcast_callback_metric_average_and_warmup():
+    keras.utils.set_random_seed(100 + R)  # different init per rank: the broadcast must fix it
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(1)])
+    lr = 0.01 * N
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(lr, momentum=0.9)), loss="mse")
+    seen_lr, raw, averaged = [], [], []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen_lr.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+    class Before(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raw.append(dict(logs))
+
+    class After(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            averaged.append(dict(logs))
+
+    x, y = data(4, B, seed=R)  # different data per rank: different local losses
+    model.fit(x, y, batch_size=B, epochs=3, shuffle=False, verbose=0, callbacks=[
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0), Before(), hvd.callbacks.MetricAverageCallback(), After(),
+        hvd.callbacks.LearningRateWarmupCallback(initial_lr=lr, warmup_epochs=2, steps_per_epoch=4), Record()])
+    assert weights_equal_everywhere(model)
+    for epoch in range(3):
+        local = raw[epoch]["loss"]
+        everyone = hvd.allgather(np.array([local]))
+        assert abs(averaged[epoch]["loss"] - everyone.mean()) < 1e-6 * max(1.0, abs(everyone.mean()))
+    # Documented warmup: lr(e) = lr / N * (e * (N - 1) / warmup + 1), e = epoch + batch / steps.
+    want = [lr / N * ((e + b / 4.0) * (N - 1) / 2 + 1) for e in range(2) for b in range(4)] + [lr] * 4
+    np.testing.assert_allclose(seen_lr, want, rtol=1e-5)
+
+
+def test_save_load_resumes(tmp_path):
+    x, y = data(4, N * B)
+    xs, ys = my_shard(x, y, 4, B)
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    path = os.path.join(str(tmp_path), "rank%d.keras" % R)
+    model.save(path)
+    loaded = hvd.load_model(path)
+    assert isinstance(loaded.optimizer, hvd.DistributedOptimizer)
+    assert int(loaded.optimizer.iterations.numpy()) == 4
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    loaded.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-6)  # resumed with the same optimizer state
+    assert weights_equal_everywhere(loaded)
+
+
+def test_best_checkpoint_written_by_rank_zero_only(tmp_path):
+    shared = os.path.join(str(tmp_path), "ckpt")
+    shared = hvd.broadcast_object(shared, 0)  # one path for all ranks (same host)
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    x, y = data(2, B)
+    model.fit(x, y, batch_size=B, epochs=2, verbose=0, validation_data=(x, y),
+              callbacks=[hvd.callbacks.BestModelCheckpoint(os.path.join(shared, "best.keras"))])
+    hvd.barrier()
+    if R == 0:
+        assert sorted(os.listdir(shared)) == ["best.keras"]  # no temp files left
+        keras.models.load_model(os.path.join(shared, "best.keras"),
+                                custom_objects={"DistributedOptimizer": hvd.DistributedOptimizer})
