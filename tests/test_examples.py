@@ -17,3 +17,24 @@ def test_keras_digits_reaches_95_percent_at_np2():
                       "0.95"])
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "[0]<stdout>:validation accuracy" in proc.stdout
+
+
+def test_tf2_custom_loop_at_np2():
+    proc = tfringrun(["-np", "2", "python", "examples/tf2_custom_loop.py", "--steps", "200"])
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "weights identical on 2 ranks" in proc.stdout
+
+
+def test_synthetic_benchmark_few_steps_at_np2():
+    proc = tfringrun(["-np", "2", "python", "examples/keras_synthetic_benchmark.py", "--batch-size", "2",
+                      "--image-size", "64", "--num-warmup-batches", "1", "--num-batches-per-iter", "1",
+                      "--num-iters", "2"])
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "Total img/sec on 2 rank(s)" in proc.stdout
+
+
+def test_horovod_keras_recipe_runs_with_only_the_import_changed(tmp_path):
+    proc = tfringrun(["-np", "2", "python", "tests/drop_in/horovod_keras_recipe.py", str(tmp_path)])
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "DROP_IN_OK ['checkpoint-1.keras', 'checkpoint-2.keras', 'checkpoint-3.keras']" in proc.stdout
+    assert "Epoch 3" in proc.stdout

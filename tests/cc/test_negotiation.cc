@@ -88,7 +88,7 @@ struct Run {
 };
 
 // Runs `cycles` negotiation cycles on n ranks; after each cycle each rank takes (executes) its entries.
-Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 16) {
+Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 16, StallOptions stall = {}) {
   Hub hub(n);
   Run run;
   run.lists.assign(n, std::vector<ResponseList>(cycles));
@@ -98,7 +98,10 @@ Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 
     threads.emplace_back([&, r] {
       ThreadTransport t(hub, r);
       TensorQueue q;
-      Controller c(t, q, cache_capacity);
+      ControllerOptions options;
+      options.cache_capacity = cache_capacity;
+      options.stall = stall;
+      Controller c(t, q, options);
       for (int cyc = 0; cyc < cycles; ++cyc) {
         submit(r, cyc, q);
         ResponseList& out = run.lists[r][cyc];
@@ -239,4 +242,28 @@ TEST(DuplicateNameInFlightRejectedLocally) {
   Status s = q.Add({Entry("d", {1})});
   EXPECT(!s.ok());
   EXPECT(s.message().find("'d'") != std::string::npos);
+}
+
+thread_local double fake_now = 0;  // each rank thread's clock: one second per cycle
+
+TEST(StallInspectorWarnsThenFailsOnEveryRank) {
+  // 'late': only rank 0 ever submits it. 'steady': cached at cycle 0, then only rank 0 submits it again, so
+  // the cache hit must be demoted to a full round where the inspector sees it.
+  auto run = RunCycles(2, 8, [](int r, int cyc, TensorQueue& q) {
+    fake_now = cyc;
+    if (cyc == 0 || (cyc == 1 && r == 0)) q.Add({Entry("steady", {1})});
+    if (cyc == 0 && r == 0) q.Add({Entry("late", {1})});
+  }, 16, StallOptions{2.0, 5.0, [] { return fake_now; }});
+  for (int cyc = 0; cyc < 8; ++cyc) EXPECT(SameOnAllRanks(run, cyc));
+  EXPECT_EQ(run.lists[1][2].stall_report.find("tensor 'late' (allreduce) waited 2 s: submitted by ranks [0], "
+                                              "missing ranks [1]") != std::string::npos, true);
+  auto error_for = [&](int cyc, const std::string& name) {
+    for (auto& resp : run.lists[1][cyc].responses)
+      if (resp.names[0] == name && resp.kind == Response::ERROR) return resp.error;
+    return std::string();
+  };
+  EXPECT(error_for(4, "late").empty());
+  EXPECT(error_for(5, "late").find("missing ranks [1]") != std::string::npos);
+  EXPECT(error_for(5, "late").find("TFRING_STALL_SHUTDOWN_TIME_SECONDS=5") != std::string::npos);
+  EXPECT(error_for(7, "steady").find("tensor 'steady'") != std::string::npos);
 }

@@ -2,28 +2,42 @@
 
 #include <set>
 
+#include "logging.h"
+
 namespace tfring {
 namespace {
 constexpr uint64_t kNotShutdown = 1, kNoUncached = 2, kNotJoined = 4;
 }
 
-Controller::Controller(Transport& transport, TensorQueue& queue, int64_t cache_capacity)
-    : transport_(transport), queue_(queue), cache_(cache_capacity) {
-  if (transport_.rank() == 0) coordinator_.reset(new Coordinator(transport_.size()));
+Controller::Controller(Transport& transport, TensorQueue& queue, ControllerOptions options)
+    : transport_(transport), queue_(queue), cache_(options.cache_capacity), options_(std::move(options)) {
+  if (transport_.rank() == 0) coordinator_.reset(new Coordinator(transport_.size(), options_.stall));
 }
 
 Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   out->responses.clear();
+  out->stall_report.clear();
   std::vector<Request> uncached = std::move(resend_);
   resend_.clear();
   std::set<uint32_t> invalid;
+  const bool stall_on = options_.stall.clock && options_.stall.warn_seconds + options_.stall.shutdown_seconds > 0;
+  const double now = stall_on ? options_.stall.clock() : 0;
+  if (stall_on) {
+    // A cache hit waiting long means some rank is missing: drop the entry everywhere and negotiate the name
+    // in full, where the coordinator's stall inspector sees it.
+    double limit = 1.0;
+    for (double t : {options_.stall.warn_seconds, options_.stall.shutdown_seconds})
+      if (t > 0 && t < limit) limit = t;
+    for (auto& kv : cached_pending_)
+      if (now - kv.second.second >= limit) invalid.insert(kv.first);
+  }
   for (Request& r : queue_.PopNewRequests()) {
     r.rank = transport_.rank();
     if (r.op == OpType::JOIN) joined_ = true;
     uint32_t pos = 0;
     auto found = cache_.enabled() ? cache_.Find(r, &pos) : ResponseCache::Lookup::MISS;
     if (found == ResponseCache::Lookup::HIT && !cached_pending_.count(pos)) {
-      cached_pending_[pos] = r;
+      cached_pending_[pos] = {r, now};
       continue;
     }
     if (found == ResponseCache::Lookup::INVALID) invalid.insert(pos);
@@ -36,7 +50,9 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   std::vector<uint64_t> bits(1 + 2 * words, 0);
   bits[0] = ~uint64_t(0);
   if (shutdown) bits[0] &= ~kNotShutdown;
-  if (!uncached.empty()) bits[0] &= ~kNoUncached;
+  // Rank 0 also asks for a round while its coordinator holds waiting names, so stalls get inspected.
+  const bool inspect = stall_on && coordinator_ && coordinator_->pending() > 0 && now - last_full_round_ >= 0.5;
+  if (!uncached.empty() || inspect) bits[0] &= ~kNoUncached;
   if (joined_) bits[0] &= ~kNotJoined;
   for (const auto& kv : cached_pending_) bits[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
   for (size_t w = 0; w < words; ++w) bits[1 + words + w] = ~uint64_t(0);
@@ -51,7 +67,7 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
     if (bits[1 + words + pos / 64] & (uint64_t(1) << (pos % 64))) continue;
     auto it = cached_pending_.find(pos);
     if (it != cached_pending_.end()) {
-      uncached.push_back(std::move(it->second));
+      uncached.push_back(std::move(it->second.first));
       cached_pending_.erase(it);
     }
     cache_.Erase(pos);
@@ -59,7 +75,7 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   }
   if (any_joined) {
     // Joined ranks hold no entries, so the bit vector cannot express readiness: negotiate everything.
-    for (auto& kv : cached_pending_) uncached.push_back(std::move(kv.second));
+    for (auto& kv : cached_pending_) uncached.push_back(std::move(kv.second.first));
     cached_pending_.clear();
   } else {
     for (uint32_t pos = 0; pos < nbits; ++pos) {
@@ -73,7 +89,10 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   if (!need_full) return Status::OK();
 
   ResponseList decided;
+  last_full_round_ = now;
   TFR_RETURN_IF_ERROR(FullRound(std::move(uncached), shutdown, &decided));
+  out->stall_report = decided.stall_report;
+  if (!decided.stall_report.empty()) TFR_LOG(TFR_WARNING, decided.stall_report);
   CacheDecided(decided);
   for (auto& r : decided.responses) {
     if (r.op == OpType::JOIN) joined_ = false;
@@ -114,7 +133,7 @@ void Controller::CacheDecided(const ResponseList& decided) {
     int64_t evicted = cache_.Put(r, mine);
     auto it = evicted >= 0 ? cached_pending_.find(static_cast<uint32_t>(evicted)) : cached_pending_.end();
     if (it != cached_pending_.end()) {
-      resend_.push_back(std::move(it->second));
+      resend_.push_back(std::move(it->second.first));
       cached_pending_.erase(it);
     }
   }

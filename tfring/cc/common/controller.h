@@ -13,9 +13,15 @@
 
 namespace tfring {
 
+struct ControllerOptions {
+  int64_t cache_capacity = 1024;
+  StallOptions stall;  // stall.clock also times cached requests, which are demoted to a full round after
+                       // min(1 s, warn time) so the coordinator can see (and report) them
+};
+
 class Controller {
  public:
-  Controller(Transport& transport, TensorQueue& queue, int64_t cache_capacity);
+  Controller(Transport& transport, TensorQueue& queue, ControllerOptions options);
   Status ComputeResponseList(bool shutdown, ResponseList* out);
   const ResponseCache& cache() const { return cache_; }
   uint64_t full_rounds() const { return full_rounds_; }
@@ -28,7 +34,9 @@ class Controller {
   TensorQueue& queue_;
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
-  std::map<uint32_t, Request> cached_pending_;  // cache hits waiting for every rank's bit
+  ControllerOptions options_;
+  double last_full_round_ = 0;
+  std::map<uint32_t, std::pair<Request, double>> cached_pending_;  // cache hits waiting for every rank's bit
   std::vector<Request> resend_;                 // hits whose cache entry went away: negotiate in full
   bool joined_ = false;                         // this rank called join() and it has not completed
   uint64_t full_rounds_ = 0;

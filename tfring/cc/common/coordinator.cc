@@ -154,6 +154,49 @@ Response BuildResponse(const std::string& name, const std::vector<const Request*
   return resp;
 }
 
+void Coordinator::InspectStalls(const std::vector<std::string>& waiting, ResponseList* out) {
+  if (!stall_.clock || (stall_.warn_seconds <= 0 && stall_.shutdown_seconds <= 0)) return;
+  const double now = stall_.clock();
+  std::ostringstream report;
+  for (const std::string& name : waiting) {
+    const double age = now - first_seen_[name];
+    const bool fail = stall_.shutdown_seconds > 0 && age >= stall_.shutdown_seconds;
+    auto warned = last_warned_.find(name);
+    const bool warn = stall_.warn_seconds > 0 && age >= stall_.warn_seconds &&
+                      (warned == last_warned_.end() || now - warned->second >= stall_.warn_seconds);
+    if (!fail && !warn) continue;
+    const auto& reqs = table_[name];
+    std::vector<bool> present(size_, false);
+    for (const Request& r : reqs) present[r.rank] = true;
+    std::ostringstream ready, missing;
+    for (int i = 0; i < size_; ++i) {
+      std::ostringstream& os = present[i] || joined_[i] ? ready : missing;
+      os << (os.tellp() > 0 ? "," : "") << i;
+    }
+    std::ostringstream line;
+    line << "tensor '" << name << "' (" << OpTypeName(reqs[0].op) << ") waited " << static_cast<int>(age)
+         << " s: submitted by ranks [" << ready.str() << "], missing ranks [" << missing.str() << "]";
+    if (warn) {
+      report << (report.tellp() > 0 ? "; " : "") << line.str();
+      last_warned_[name] = now;
+    }
+    if (fail) {
+      Response err = BuildResponse(name, {&reqs[0]}, 0);
+      err.kind = Response::ERROR;
+      err.error = "tfring: stalled collective: " + line.str() + "; failed after TFRING_STALL_SHUTDOWN_TIME_SECONDS=" +
+                  Num(stall_.shutdown_seconds) + ". Ranks must submit the same collectives (check for "
+                  "rank-dependent control flow, uneven data without join(), or a rank that died or hangs).";
+      out->responses.push_back(err);
+      table_.erase(name);
+      first_seen_.erase(name);
+      last_warned_.erase(name);
+    }
+  }
+  if (report.tellp() > 0)
+    out->stall_report = "tfring stall inspector: some ranks are waiting for others: " + report.str() +
+                        ". (TFRING_STALL_CHECK_TIME_SECONDS=" + Num(stall_.warn_seconds) + ")";
+}
+
 void Coordinator::Add(const RequestList& list) {
   shutdown_ |= list.shutdown;
   for (const Request& r : list.requests) {
@@ -165,6 +208,7 @@ void Coordinator::Add(const RequestList& list) {
     auto it = table_.find(r.name);
     if (it == table_.end()) {
       order_.push_back(r.name);
+      if (stall_.clock) first_seen_[r.name] = stall_.clock();
       it = table_.emplace(r.name, std::vector<Request>()).first;
     }
     it->second.push_back(r);
@@ -201,8 +245,13 @@ ResponseList Coordinator::Build() {
     }
     out.responses.push_back(std::move(resp));
     table_.erase(name);
+    first_seen_.erase(name);
+    last_warned_.erase(name);
   }
-  order_.swap(still_waiting);
+  InspectStalls(still_waiting, &out);
+  order_.clear();
+  for (const std::string& name : still_waiting)
+    if (table_.count(name)) order_.push_back(name);
   if (joined == size_) {
     Response j;
     j.op = OpType::JOIN;

@@ -2,6 +2,7 @@
 // ranks (or joined), and checks that all ranks agree before anything runs. A disagreement becomes an
 // ERROR response naming the tensor and what differs on which rank, delivered to every rank.
 #pragma once
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -13,20 +14,32 @@ namespace tfring {
 // Builds the Response for one tensor from every rank's request (nullptr for a joined rank).
 Response BuildResponse(const std::string& name, const std::vector<const Request*>& requests, int joined);
 
+// The stall inspector's settings; seconds <= 0 turns that part off. clock() returns seconds.
+struct StallOptions {
+  double warn_seconds = 0;
+  double shutdown_seconds = 0;
+  std::function<double()> clock;
+};
+
 class Coordinator {
  public:
-  explicit Coordinator(int size) : size_(size), joined_(size, false) {}
+  Coordinator(int size, StallOptions stall) : size_(size), joined_(size, false), stall_(std::move(stall)) {}
   void Add(const RequestList& list);
   ResponseList Build();
   size_t pending() const { return table_.size(); }
 
  private:
+  // Warns about (and past the shutdown time, fails) names some ranks submitted long ago and others never did.
+  void InspectStalls(const std::vector<std::string>& waiting, ResponseList* out);
+
   int size_;
   std::vector<bool> joined_;
   int last_joined_ = -1;
   bool shutdown_ = false;
   std::unordered_map<std::string, std::vector<Request>> table_;  // name -> requests received so far
   std::vector<std::string> order_;                                // first-arrival order
+  StallOptions stall_;
+  std::unordered_map<std::string, double> first_seen_, last_warned_;
 };
 
 }  // namespace tfring

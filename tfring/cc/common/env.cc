@@ -15,6 +15,11 @@ const std::vector<Knob>& KnobTable() {
       {"TFRING_CACHE_CAPACITY", KnobType::INT, "1024",
        "Responses kept for the steady-state bit-vector fast path (0 disables the cache)."},
       {"TFRING_LOG_LEVEL", KnobType::STRING, "warning", "trace, debug, info, warning or error."},
+      {"TFRING_STALL_CHECK_TIME_SECONDS", KnobType::DOUBLE, "60",
+       "Seconds a tensor may wait for missing ranks before every rank logs which ranks and tensors stall."},
+      {"TFRING_STALL_SHUTDOWN_TIME_SECONDS", KnobType::DOUBLE, "0",
+       "If > 0: seconds after which stalled collectives fail on every rank with the stall message."},
+      {"TFRING_STALL_CHECK_DISABLE", KnobType::BOOL, "0", "1 turns the stall inspector off."},
   };
   return table;
 }
@@ -44,6 +49,10 @@ Settings Settings::FromEnvironment() {
   s.cycle_time_ms = std::atof(KnobValue("TFRING_CYCLE_TIME").c_str());
   s.cache_capacity = std::atoll(KnobValue("TFRING_CACHE_CAPACITY").c_str());
   s.log_level = ParseLogLevel(KnobValue("TFRING_LOG_LEVEL"));
+  s.stall_check_seconds = std::atof(KnobValue("TFRING_STALL_CHECK_TIME_SECONDS").c_str());
+  s.stall_shutdown_seconds = std::atof(KnobValue("TFRING_STALL_SHUTDOWN_TIME_SECONDS").c_str());
+  const std::string disable = KnobValue("TFRING_STALL_CHECK_DISABLE");
+  if (disable == "1" || disable == "true" || disable == "True") s.stall_check_seconds = s.stall_shutdown_seconds = 0;
   if (s.fusion_threshold_bytes < 0) s.fusion_threshold_bytes = 0;
   if (s.cycle_time_ms < 0) s.cycle_time_ms = 0;
   if (s.cache_capacity < 0) s.cache_capacity = 0;

@@ -23,6 +23,8 @@ struct Settings {
   double cycle_time_ms;
   int64_t cache_capacity;
   int log_level;  // 0 trace, 1 debug, 2 info, 3 warning, 4 error
+  double stall_check_seconds;     // 0 = stall inspector off
+  double stall_shutdown_seconds;  // 0 = warn only, never fail
   static Settings FromEnvironment();
 };
 

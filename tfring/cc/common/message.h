@@ -52,6 +52,7 @@ struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
   bool cacheable = true;  // false while any rank is joined: joined ranks hold no request to cache
+  std::string stall_report;  // the stall inspector's warning, logged by every rank
 };
 
 std::string Encode(const RequestList& list);

@@ -23,7 +23,14 @@ Status Runtime::Init(int64_t comm_f) {
   topology_ = backend_->topology();
   SetLogRank(topology_.rank);
   queue_.reset(new TensorQueue());
-  controller_.reset(new Controller(backend_->transport(), *queue_, settings_.cache_capacity));
+  ControllerOptions options;
+  options.cache_capacity = settings_.cache_capacity;
+  options.stall.warn_seconds = settings_.stall_check_seconds;
+  options.stall.shutdown_seconds = settings_.stall_shutdown_seconds;
+  options.stall.clock = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  controller_.reset(new Controller(backend_->transport(), *queue_, options));
   shutdown_requested_ = false;
   loop_done_ = false;
   loop_status_ = Status::OK();

@@ -1,0 +1,45 @@
+"""Stall inspector on real ranks: warn naming tensor and missing ranks, then (with a shutdown time) fail
+the stalled collective instead of hanging; the runtime keeps working afterwards."""
+import os
+import time
+
+os.environ["TFRING_STALL_CHECK_TIME_SECONDS"] = "1"
+os.environ["TFRING_STALL_SHUTDOWN_TIME_SECONDS"] = "4"
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tfring as hvd  # noqa: E402
+from rank_helpers import init  # noqa: E402
+
+R, N = init()
+MISSING = ",".join(str(r) for r in range(1, N))
+
+
+def test_slow_rank_is_reported_on_every_rank_then_completes(capfd):
+    if R != 0:
+        time.sleep(2.5)
+    out = hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, name="slow_peer")
+    assert out.numpy()[0] == N
+    err = capfd.readouterr().err
+    assert "tensor 'slow_peer' (allreduce) waited" in err, err
+    assert "missing ranks [%s]" % MISSING in err, err
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_stall_shutdown_time_fails_instead_of_hanging(cached):
+    name = "only_rank0_cached" if cached else "only_rank0"
+    if cached:  # put the name in the response cache first: the fast path must be inspected too
+        for _ in range(2):
+            hvd.allreduce(tf.constant([1.0]), name=name)
+    if R == 0:
+        start = time.time()
+        with pytest.raises(tf.errors.InvalidArgumentError) as e:
+            hvd.allreduce(tf.constant([1.0]), name=name)
+        assert time.time() - start < 10
+        msg = str(e.value)
+        assert "stalled collective" in msg and "'%s'" % name in msg and "missing ranks [%s]" % MISSING in msg
+    else:
+        time.sleep(6)
+    hvd.barrier()
+    assert hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, name="after_stall").numpy()[0] == N
