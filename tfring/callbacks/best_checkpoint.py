@@ -2,13 +2,13 @@
 a save leaves the previous checkpoint loadable."""
 import os
 
-import keras
+from tfring.callbacks._base import Callback
 import numpy as np
 
 import tfring
 
 
-class BestModelCheckpoint(keras.callbacks.Callback):
+class BestModelCheckpoint(Callback):
     def __init__(self, filepath, monitor="val_loss", verbose=0, mode="auto", save_weights_only=False):
         super().__init__()
         if mode not in ("auto", "min", "max"):

@@ -1,10 +1,10 @@
 """Start every rank from root_rank's weights and optimizer state."""
-import keras
+from tfring.callbacks._base import Callback, optimizer_built
 
 import tfring
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+class BroadcastGlobalVariablesCallback(Callback):
     def __init__(self, root_rank=0, device=""):
         super().__init__()
         self.root_rank = root_rank
@@ -17,7 +17,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if not self._model_done:
             variables += list(self.model.variables)
             self._model_done = True
-        if opt is not None and opt.built and not self._optimizer_done:
+        if opt is not None and optimizer_built(opt) and not self._optimizer_done:
             variables += list(opt.variables)
             self._optimizer_done = True
         if variables:

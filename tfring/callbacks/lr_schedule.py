@@ -1,10 +1,10 @@
 """Learning-rate schedules by epoch (optionally per batch), and the standard large-batch warmup."""
-import keras
+from tfring.callbacks._base import Callback
 
 import tfring
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(Callback):
     """lr = initial_lr * multiplier(epoch) for start_epoch <= epoch < end_epoch. With staircase=False the
     epoch is fractional (epoch + batch / steps_per_epoch) and the rate is set before every batch.
 

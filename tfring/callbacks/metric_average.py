@@ -1,12 +1,12 @@
 """Average epoch-end metrics over ranks so every rank (and rank 0's logs) sees the global value."""
-import keras
+from tfring.callbacks._base import Callback
 import numpy as np
 import tensorflow as tf
 
 import tfring
 
 
-class MetricAverageCallback(keras.callbacks.Callback):
+class MetricAverageCallback(Callback):
     def __init__(self, device=""):
         super().__init__()
 

@@ -45,4 +45,14 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=Tr
     objects.update(custom_objects or {})
     for opt in custom_optimizers or []:
         objects[opt.__name__] = opt
+    if _legacy_keras():
+        import tf_keras
+        from tfring.keras.legacy_optimizer import LegacyDistributedOptimizer
+        objects["LegacyDistributedOptimizer"] = LegacyDistributedOptimizer
+        return tf_keras.models.load_model(filepath, custom_objects=objects, compile=compile)
     return keras.models.load_model(filepath, custom_objects=objects, compile=compile)
+
+
+def _legacy_keras():
+    import os
+    return os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")

@@ -26,6 +26,13 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
     backward_passes_per_step=k accumulates k local gradients and communicates once every k steps
     (sum of the k gradients, or their mean with average_aggregated_gradients=True)."""
 
+    def __new__(cls, optimizer=None, *args, **kwargs):
+        # A tf_keras (Keras 2) optimizer gets the tf_keras wrapper: one public name for both Keras versions.
+        if type(optimizer).__module__.startswith("tf_keras"):
+            from tfring.keras.legacy_optimizer import LegacyDistributedOptimizer
+            return LegacyDistributedOptimizer(optimizer, *args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, optimizer, name=None, op=Average, compression=Compression.none, sparse_as_dense=False,
                  backward_passes_per_step=1, average_aggregated_gradients=False, gradient_predivide_factor=1.0,
                  groups=None, device_dense="", device_sparse="", process_set=None, **kwargs):
