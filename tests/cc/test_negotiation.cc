@@ -88,7 +88,9 @@ struct Run {
 };
 
 // Runs `cycles` negotiation cycles on n ranks; after each cycle each rank takes (executes) its entries.
-Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 16, StallOptions stall = {}) {
+using ShutdownAt = std::function<bool(int rank, int cycle)>;
+Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 16, StallOptions stall = {},
+              ShutdownAt shutdown = nullptr) {
   Hub hub(n);
   Run run;
   run.lists.assign(n, std::vector<ResponseList>(cycles));
@@ -105,7 +107,7 @@ Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 
       for (int cyc = 0; cyc < cycles; ++cyc) {
         submit(r, cyc, q);
         ResponseList& out = run.lists[r][cyc];
-        Status s = c.ComputeResponseList(false, &out);
+        Status s = c.ComputeResponseList(shutdown && shutdown(r, cyc), &out);
         if (!s.ok()) std::fprintf(stderr, "cycle failed: %s\n", s.message().c_str());
         for (auto& resp : out.responses)
           for (auto& name : resp.names) {
@@ -266,4 +268,16 @@ TEST(StallInspectorWarnsThenFailsOnEveryRank) {
   EXPECT(error_for(5, "late").find("missing ranks [1]") != std::string::npos);
   EXPECT(error_for(5, "late").find("TFRING_STALL_SHUTDOWN_TIME_SECONDS=5") != std::string::npos);
   EXPECT(error_for(7, "steady").find("tensor 'steady'") != std::string::npos);
+}
+
+TEST(ShutdownReachesEveryRankNamingWhoAskedEvenOnTheFastPath) {
+  auto run = RunCycles(3, 3, [](int, int, TensorQueue& q) { q.Add({Entry("w", {1})}); }, 16, {},
+                       [](int r, int cyc) { return r == 2 && cyc == 2; });
+  EXPECT(!run.lists[0][1].shutdown);
+  EXPECT_EQ(run.full_rounds[0], 2u);  // cycle 0 (new name) and cycle 2 (shutdown); cycle 1 used the cache
+  for (int r = 0; r < 3; ++r) {
+    EXPECT(run.lists[r][2].shutdown);
+    EXPECT_EQ(run.lists[r][2].shutdown_rank, 2);
+    EXPECT_EQ(Names(run.lists[r][2]).size(), 1u);  // the cycle's work still completes
+  }
 }

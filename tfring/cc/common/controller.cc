@@ -61,7 +61,8 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
 
   const bool any_shutdown = !(bits[0] & kNotShutdown);
   const bool any_joined = !(bits[0] & kNotJoined);
-  bool need_full = !(bits[0] & kNoUncached) || any_joined;
+  // A shutdown also goes through the coordinator, which names the rank that asked for it.
+  bool need_full = !(bits[0] & kNoUncached) || any_joined || any_shutdown;
   // Parameters changed somewhere: every rank drops the entry and negotiates that name in full.
   for (uint32_t pos = 0; pos < nbits; ++pos) {
     if (bits[1 + words + pos / 64] & (uint64_t(1) << (pos % 64))) continue;
@@ -99,6 +100,7 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
     out->responses.push_back(std::move(r));
   }
   out->shutdown |= decided.shutdown;
+  out->shutdown_rank = decided.shutdown_rank;
   return Status::OK();
 }
 
@@ -111,10 +113,10 @@ Status Controller::FullRound(std::vector<Request> uncached, bool shutdown, Respo
   TFR_RETURN_IF_ERROR(transport_.GatherToRoot(Encode(mine), &all));
   std::string bytes;
   if (coordinator_) {
-    for (const std::string& b : all) {
+    for (size_t r = 0; r < all.size(); ++r) {
       RequestList l;
-      TFR_RETURN_IF_ERROR(Decode(b, &l));
-      coordinator_->Add(l);
+      TFR_RETURN_IF_ERROR(Decode(all[r], &l));
+      coordinator_->Add(static_cast<int>(r), l);
     }
     bytes = Encode(coordinator_->Build());
   }

@@ -197,8 +197,8 @@ void Coordinator::InspectStalls(const std::vector<std::string>& waiting, Respons
                         ". (TFRING_STALL_CHECK_TIME_SECONDS=" + Num(stall_.warn_seconds) + ")";
 }
 
-void Coordinator::Add(const RequestList& list) {
-  shutdown_ |= list.shutdown;
+void Coordinator::Add(int rank, const RequestList& list) {
+  if (list.shutdown && shutdown_rank_ < 0) shutdown_rank_ = rank;
   for (const Request& r : list.requests) {
     if (r.op == OpType::JOIN) {
       joined_[r.rank] = true;
@@ -217,7 +217,8 @@ void Coordinator::Add(const RequestList& list) {
 
 ResponseList Coordinator::Build() {
   ResponseList out;
-  out.shutdown = shutdown_;
+  out.shutdown = shutdown_rank_ >= 0;
+  out.shutdown_rank = shutdown_rank_;
   const int joined = static_cast<int>(std::count(joined_.begin(), joined_.end(), true));
   out.cacheable = joined == 0;
   std::vector<std::string> still_waiting;
@@ -261,7 +262,7 @@ ResponseList Coordinator::Build() {
     out.responses.push_back(j);
     std::fill(joined_.begin(), joined_.end(), false);
   }
-  shutdown_ = false;
+  shutdown_rank_ = -1;
   return out;
 }
 

@@ -24,7 +24,7 @@ struct StallOptions {
 class Coordinator {
  public:
   Coordinator(int size, StallOptions stall) : size_(size), joined_(size, false), stall_(std::move(stall)) {}
-  void Add(const RequestList& list);
+  void Add(int rank, const RequestList& list);
   ResponseList Build();
   size_t pending() const { return table_.size(); }
 
@@ -35,7 +35,7 @@ class Coordinator {
   int size_;
   std::vector<bool> joined_;
   int last_joined_ = -1;
-  bool shutdown_ = false;
+  int shutdown_rank_ = -1;
   std::unordered_map<std::string, std::vector<Request>> table_;  // name -> requests received so far
   std::vector<std::string> order_;                                // first-arrival order
   StallOptions stall_;

@@ -90,6 +90,7 @@ std::string Encode(const ResponseList& list) {
   w.Put<uint8_t>(list.shutdown);
   w.Put<uint8_t>(list.cacheable);
   w.PutString(list.stall_report);
+  w.Put(list.shutdown_rank);
   w.Put<uint32_t>(list.responses.size());
   for (const auto& r : list.responses) {
     w.Put(r.kind); w.Put(r.op);
@@ -107,7 +108,8 @@ std::string Encode(const ResponseList& list) {
 Status Decode(const std::string& bytes, ResponseList* list) {
   Reader rd(bytes);
   uint8_t shutdown, cacheable; uint32_t n;
-  if (!rd.Get(&shutdown) || !rd.Get(&cacheable) || !rd.GetString(&list->stall_report) || !rd.Get(&n))
+  if (!rd.Get(&shutdown) || !rd.Get(&cacheable) || !rd.GetString(&list->stall_report) ||
+      !rd.Get(&list->shutdown_rank) || !rd.Get(&n))
     return Corrupt("response");
   list->shutdown = shutdown;
   list->cacheable = cacheable;

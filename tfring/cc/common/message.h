@@ -53,6 +53,7 @@ struct ResponseList {
   bool shutdown = false;
   bool cacheable = true;  // false while any rank is joined: joined ranks hold no request to cache
   std::string stall_report;  // the stall inspector's warning, logged by every rank
+  int32_t shutdown_rank = -1;  // lowest rank that asked to shut down
 };
 
 std::string Encode(const RequestList& list);

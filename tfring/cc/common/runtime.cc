@@ -32,6 +32,7 @@ Status Runtime::Init(int64_t comm_f) {
   };
   controller_.reset(new Controller(backend_->transport(), *queue_, options));
   shutdown_requested_ = false;
+  shutdown_rank_ = -1;
   loop_done_ = false;
   loop_status_ = Status::OK();
   running_ = true;
@@ -58,8 +59,11 @@ Status Runtime::CheckReady() const {
     return Status::PreconditionError("tfring has not been initialized (or was shut down); call tfring.init() first");
   if (loop_done_) {
     if (!loop_status_.ok()) return loop_status_;
-    return Status::Aborted("tfring has been shut down (a rank called shutdown() or exited); no more collectives "
-                           "can run");
+    const int by = shutdown_rank_;
+    if (by >= 0 && by != topology_.rank)
+      return Status::Aborted("tfring was shut down by rank " + std::to_string(by) +
+                             " (it called shutdown() or its process is exiting); no more collectives can run");
+    return Status::Aborted("tfring has been shut down; no more collectives can run");
   }
   return Status::OK();
 }
@@ -98,7 +102,10 @@ void Runtime::Loop() {
       break;
     }
     for (const Response& r : PlanFusion(std::move(list.responses), settings_.fusion_threshold_bytes)) Perform(r);
-    if (list.shutdown) break;
+    if (list.shutdown) {
+      shutdown_rank_ = list.shutdown_rank;
+      break;
+    }
   }
   loop_done_ = true;
   FailAll(CheckReady());

@@ -39,6 +39,7 @@ class Runtime {
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> loop_done_{false};
   Status loop_status_;
+  int shutdown_rank_ = -1;
   Settings settings_;
   Topology topology_;
   std::unique_ptr<Backend> backend_;
