@@ -135,8 +135,20 @@ class Relay:
             f.close()
 
 
+def lost_host(untagged):
+    """The host PRRTE lost contact with (link cut, host down), or None."""
+    text = " ".join(line.strip() for line in untagged)
+    if "lost communication with a remote daemon" not in text and "daemon failed to report back" not in text:
+        return None
+    m = re.search(r"Remote daemon:\s+\S+ on node (\S+)", text) or re.search(r"on node (\S+)", text)
+    return m.group(1) if m else "unknown"
+
+
 def failure_summary(rc, untagged):
     """One line naming the failed rank, its host and its exit code or signal, from mpirun's report."""
+    host = lost_host(untagged)
+    if host:
+        return ("tfringrun: lost contact with host %s (network link or host down); the job was stopped" % host)
     text = " ".join(line.strip() for line in untagged)
     m = re.search(r"rank (\d+) with PID \d+ on node (\S+) exited on\s+signal (\d+)(?: \(([^)]*)\))?", text)
     if m:
@@ -195,6 +207,8 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None):
     if stopping:
         stderr.write("tfringrun: stopped by signal %d\n" % stopping[0])
         return 128 + stopping[0]
+    if rc == 0 and lost_host(relay.untagged):
+        rc = 1  # PRRTE exits 0 when it loses a host; the job did not finish
     if rc != 0:
         stderr.write(failure_summary(rc, relay.untagged) + "\n")
     return rc

@@ -1,0 +1,85 @@
+"""Emulated hosts (network namespaces, ../shared/netns): tfringrun across hosts over TCP, and a cut link ending
+the job within 30 s. Needs root and `ip netns`; skipped with the reason otherwise."""
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT, rank_env
+
+NETNS = os.environ.get("TFRING_NETNS_DIR") or os.path.join(os.path.dirname(ROOT), "shared", "netns")
+NH = os.path.join(NETNS, "netns-hosts")
+PREFIX = "tfrt%d" % (os.getpid() % 1000)  # own namespace names: no collision with other runs
+
+
+def _nh(*args, check=True, timeout=60):
+    env = dict(os.environ, NETNS_HOSTS_PREFIX=PREFIX, NETNS_HOSTS_SUBNET="10.232.%d" % (os.getpid() % 200))
+    return subprocess.run([NH] + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, check=check)
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    if not os.path.exists(NH):
+        pytest.skip("netns tools not found at %s (set TFRING_NETNS_DIR)" % NETNS)
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("emulated hosts need root and iproute2")
+    up = _nh("up", "2", check=False)
+    if up.returncode != 0:
+        _nh("down", check=False)
+        pytest.skip("could not create network namespaces: %s" % up.stdout.strip()[-300:])
+    fake = tmp_path_factory.mktemp("fakessh")
+    os.symlink(os.path.join(NETNS, "netns-agent"), str(fake / "ssh"))  # PRRTE's ssh launcher -> netns-agent
+    yield str(fake)
+    _nh("down", check=False)
+
+
+def tfringrun_on_h1(fake_ssh, args, timeout=120):
+    env = rank_env()
+    env.update(PATH=fake_ssh + os.pathsep + env["PATH"], NETNS_HOSTS_PREFIX=PREFIX)
+    subnet = "10.232.%d.0/24" % (os.getpid() % 200)
+    cmd = [NH, "exec", "h1", sys.executable, "-m", "tfring.runner", "-np", "2", "-H", "h1:1,h2:1",
+           "--network-interface", subnet] + args
+    env["NETNS_HOSTS_SUBNET"] = "10.232.%d" % (os.getpid() % 200)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_allreduce_across_two_hosts(hosts, tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text("import socket, tensorflow as tf, tfring as hvd\nhvd.init()\n"
+                   "v = hvd.allreduce(tf.constant([hvd.rank() + 1.0]), op=hvd.Sum).numpy()[0]\n"
+                   "print('RESULT', socket.gethostname(), hvd.rank(), hvd.cross_size(), v, flush=True)\n")
+    proc = tfringrun_on_h1(hosts, ["python", str(job)])
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    assert "[0]<stdout>:RESULT h1 0 2 3.0" in out and "[1]<stdout>:RESULT h2 1 2 3.0" in out, out[-3000:]
+
+
+def test_cut_link_ends_the_job_within_30_seconds(hosts, tmp_path):
+    job = tmp_path / "loop.py"
+    job.write_text("import time, tensorflow as tf, tfring as hvd\nhvd.init()\n"
+                   "for i in range(10**6):\n    hvd.allreduce(tf.ones([1000]), name='s')\n"
+                   "    if i == 5: print('RUNNING', hvd.rank(), flush=True)\n    time.sleep(0.01)\n")
+    proc = tfringrun_on_h1(hosts, ["python", str(job)])
+    lines, running = [], 0
+    while running < 2:
+        line = proc.stdout.readline()
+        assert line, "".join(lines)[-3000:]
+        lines.append(line)
+        running += "RUNNING" in line
+    cut = time.time()
+    _nh("link", "h2", "down")
+    try:
+        out, _ = proc.communicate(timeout=60)
+        elapsed = time.time() - cut
+    finally:
+        _nh("link", "h2", "up", check=False)
+    assert elapsed < 30, elapsed
+    assert proc.returncode != 0
+    assert "lost contact with host h2" in out, out[-3000:]
+    time.sleep(1)
+    assert _nh("pids", "h2", check=False).stdout.strip() == ""  # no orphans on the cut host
