@@ -281,3 +281,18 @@ TEST(ShutdownReachesEveryRankNamingWhoAskedEvenOnTheFastPath) {
     EXPECT_EQ(Names(run.lists[r][2]).size(), 1u);  // the cycle's work still completes
   }
 }
+
+TEST(DemotedCacheHitIsExecutedExactlyOnce) {
+  // Both ranks hold a cache hit for 'h' long enough that one demotes it while the other still sets its ready bit:
+  // the name must run once, through the full round, never also through the stale bit.
+  auto run = RunCycles(2, 4, [](int r, int cyc, TensorQueue& q) {
+    fake_now = cyc == 2 && r == 0 ? 10.0 : cyc;  // rank 0's clock jumps: its pending hit looks old
+    if (cyc == 0 || (cyc == 1 && r == 0) || (cyc == 2 && r == 1)) q.Add({Entry("h", {2})});
+  }, 16, StallOptions{60.0, 0.0, [] { return fake_now; }});
+  int executed = 0;
+  for (int cyc = 0; cyc < 4; ++cyc) {
+    EXPECT(SameOnAllRanks(run, cyc));
+    for (auto& name : Names(run.lists[0][cyc])) executed += name == "h";
+  }
+  EXPECT_EQ(executed, 2);  // cycle 0, and once more for the second submission
+}

@@ -54,7 +54,8 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   const bool inspect = stall_on && coordinator_ && coordinator_->pending() > 0 && now - last_full_round_ >= 0.5;
   if (!uncached.empty() || inspect) bits[0] &= ~kNoUncached;
   if (joined_) bits[0] &= ~kNotJoined;
-  for (const auto& kv : cached_pending_) bits[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
+  for (const auto& kv : cached_pending_)
+    if (!invalid.count(kv.first)) bits[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
   for (size_t w = 0; w < words; ++w) bits[1 + words + w] = ~uint64_t(0);
   for (uint32_t pos : invalid) bits[1 + words + pos / 64] &= ~(uint64_t(1) << (pos % 64));
   TFR_RETURN_IF_ERROR(transport_.AllreduceBitAnd(&bits));
@@ -80,7 +81,9 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
     cached_pending_.clear();
   } else {
     for (uint32_t pos = 0; pos < nbits; ++pos) {
-      if (!(bits[1 + pos / 64] & (uint64_t(1) << (pos % 64)))) continue;
+      const uint64_t bit = uint64_t(1) << (pos % 64);
+      // An invalidated position was just erased and its requests re-sent in full: never execute it here too.
+      if (!(bits[1 + pos / 64] & bit) || !(bits[1 + words + pos / 64] & bit)) continue;
       out->responses.push_back(cache_.Get(pos));
       cache_.Touch(pos);
       cached_pending_.erase(pos);

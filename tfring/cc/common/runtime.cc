@@ -70,6 +70,7 @@ Status Runtime::CheckReady() const {
 
 void Runtime::Enqueue(std::vector<TensorEntry> entries) {
   Status s = CheckReady();
+  for (const auto& e : entries) TFR_LOG(TFR_TRACE, "enqueue " << e.request.name);
   if (s.ok()) {
     // Names the caller's callbacks before moving them into the queue, to report a rejected batch.
     std::vector<StatusCallback> callbacks;
@@ -126,6 +127,8 @@ void Runtime::Perform(const Response& response) {
     status = backend_->Execute(response, entries);
   }
   if (!status.ok()) TFR_LOG(TFR_DEBUG, "collective failed: " << status.message());
+  for (size_t i = 0; i < entries.size(); ++i)
+    TFR_LOG(TFR_TRACE, "done " << response.names[i] << (entries[i] ? "" : " (no local entry)"));
   for (auto* e : entries)
     if (e) e->callback(status);
 }

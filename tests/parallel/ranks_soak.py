@@ -1,0 +1,126 @@
+"""Soak: many random collectives (op, dtype, shape, name from a shared seed) submitted concurrently and in a
+different order on every rank; every result is checked against numpy and is bitwise identical across ranks.
+TFRING_SOAK_COUNT sets how many (CI: 600; the full run: 10000). The runtime's memory is bounded (response
+cache <= TFRING_CACHE_CAPACITY entries, fusion buffer <= max(threshold, largest tensor), empty queue between
+steps): resident memory may not grow by more than 64 MiB after warm-up."""
+import hashlib
+import os
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import tensorflow as tf
+
+os.environ.setdefault("TFRING_STALL_SHUTDOWN_TIME_SECONDS", "60")  # a bug fails the test, never hangs it
+
+import tfring as hvd  # noqa: E402
+from rank_helpers import init  # noqa: E402
+
+R, N = init()
+COUNT = int(os.environ.get("TFRING_SOAK_COUNT", "600"))
+DTYPES = [tf.float32, tf.float64, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.uint8]
+KINDS = ["sum", "avg", "min", "max", "allgather", "broadcast", "alltoall", "reducescatter"]
+
+
+def spec(i, rng):
+    kind = rng.choice(KINDS)
+    dtype = rng.choice(DTYPES if kind not in ("avg",) else [tf.float32, tf.float64, tf.int32])
+    rows = rng.randint(1, 4) * N
+    shape = (rows,) + tuple(rng.randint(1, 5) for _ in range(rng.randint(0, 2)))
+    name = "soak_%d" % (i % 97 if rng.random() < 0.5 else i)  # half the names repeat: cache hits/evictions
+    return dict(kind=kind, dtype=dtype, shape=shape, name=name, root=rng.randint(0, N - 1), seed=i)
+
+
+def value(s, r):
+    shape = s["shape"]
+    if s["kind"] == "allgather":
+        shape = (shape[0] + r,) + shape[1:]
+    base = (np.arange(int(np.prod(shape))) * 7 + s["seed"] + 3 * r) % 5 + 1
+    return base.reshape(shape).astype(np.float64)
+
+
+def run_one(s):
+    x = tf.cast(tf.constant(value(s, R)), s["dtype"])
+    kind, name = s["kind"], s["name"]
+    if kind in ("sum", "avg", "min", "max"):
+        op = {"sum": hvd.Sum, "avg": hvd.Average, "min": hvd.Min, "max": hvd.Max}[kind]
+        return hvd.allreduce(x, op=op, name=name)
+    if kind == "allgather":
+        return hvd.allgather(x, name=name)
+    if kind == "broadcast":
+        return hvd.broadcast(x, s["root"], name=name)
+    if kind == "alltoall":
+        return hvd.alltoall(x, name=name)[0]
+    return hvd.reducescatter(x, op=hvd.Sum, name=name)
+
+
+def expected(s):
+    vals = [value(s, r) for r in range(N)]
+    kind = s["kind"]
+    if kind == "sum":
+        return np.sum(vals, axis=0)
+    if kind == "avg":
+        total = np.sum(vals, axis=0)
+        return np.trunc(total / N) if s["dtype"].is_integer else total / N
+    if kind == "min":
+        return np.min(vals, axis=0)
+    if kind == "max":
+        return np.max(vals, axis=0)
+    if kind == "allgather":
+        return np.concatenate(vals)
+    if kind == "broadcast":
+        return vals[s["root"]]
+    if kind == "alltoall":
+        k = s["shape"][0] // N
+        return np.concatenate([v[R * k:(R + 1) * k] for v in vals])
+    k = s["shape"][0] // N
+    return np.sum(vals, axis=0)[R * k:(R + 1) * k]
+
+
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2.0 ** 20
+
+
+def test_soak_random_collectives_in_different_orders():
+    rng = random.Random(1234)  # the same sequence on every rank
+    specs = [spec(i, rng) for i in range(COUNT)]
+    order_rng = random.Random(R)  # ...submitted in a different order on every rank
+    digest = hashlib.sha256()  # over results that are the same on every rank (not alltoall/reducescatter)
+    failures = []
+    batch = 16
+    rss_after_warmup = None
+    # One thread per collective of a batch: all are in flight at once, in a rank-specific order. (A smaller pool
+    # would deadlock by design: each rank would block on collectives its peers have not started.)
+    with ThreadPoolExecutor(batch) as pool:
+        for start in range(0, COUNT, batch):
+            chunk = specs[start:start + batch]
+            # Within a batch names must be distinct (one collective per name in flight).
+            seen, chunk_unique = set(), []
+            for s in chunk:
+                if s["name"] in seen:
+                    s = dict(s, name=s["name"] + "_b%d" % start)
+                seen.add(s["name"])
+                chunk_unique.append(s)
+            shuffled = list(chunk_unique)
+            order_rng.shuffle(shuffled)
+            futures = {s["seed"]: pool.submit(run_one, s) for s in shuffled}
+            for s in chunk_unique:  # check after every rank finished the batch: a failure never strands a peer
+                out = futures[s["seed"]].result(timeout=120)
+                got = tf.cast(out, tf.float64).numpy()
+                tol = {tf.float16: 1e-3, tf.bfloat16: 1e-2}.get(s["dtype"], 0)
+                if s["kind"] == "avg" and s["dtype"] == tf.float32:
+                    tol = 1e-6  # x / 3 rounds differently in float32 than the float64 reference
+                try:
+                    np.testing.assert_allclose(got, expected(s), rtol=tol, err_msg=str(s))
+                except AssertionError as e:
+                    failures.append(str(e)[:2000])
+                if s["kind"] not in ("alltoall", "reducescatter"):
+                    digest.update(out.numpy().tobytes())
+            if rss_after_warmup is None and start >= COUNT // 5:
+                rss_after_warmup = rss_mib()
+    digests = hvd.allgather_object(digest.hexdigest())
+    assert not failures, "%d wrong results, first: %s" % (len(failures), failures[0])
+    assert len(set(digests)) == 1, digests  # bitwise identical results on every rank
+    growth = rss_mib() - rss_after_warmup
+    assert growth < 64, "resident memory grew %.1f MiB after warm-up" % growth
