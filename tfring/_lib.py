@@ -89,4 +89,5 @@ def load():
     _c.tfring_built.argtypes = [ctypes.c_char_p]
     _c.tfring_built_tf_version.restype = ctypes.c_char_p
     _c.tfring_knob_table.restype = ctypes.c_char_p
+    _c.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     return _ops, _c

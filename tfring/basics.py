@@ -40,6 +40,22 @@ def init(comm=None, process_sets=None):
         _atexit_registered = True
 
 
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a Chrome-trace timeline (rank 0 writes; open it in Perfetto). Same as TFRING_TIMELINE."""
+    c = _lib._c
+    if c is None or not is_initialized():
+        raise ValueError("tfring.start_timeline: tfring has not been initialized; call tfring.init() first")
+    err = ctypes.create_string_buffer(1024)
+    if c.tfring_start_timeline(str(file_path).encode(), int(bool(mark_cycles)), err, len(err)) != 0:
+        raise ValueError(err.value.decode())
+
+
+def stop_timeline():
+    """Stops the timeline and closes the file (a complete JSON array)."""
+    if _lib._c is not None:
+        _lib._c.tfring_stop_timeline()
+
+
 def shutdown():
     """Stops the background thread; pending collectives on every rank fail with an error."""
     if _lib._c is not None:

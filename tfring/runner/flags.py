@@ -7,13 +7,14 @@ KNOB_FLAGS = {
     "cycle_time_ms": ("TFRING_CYCLE_TIME", str),
     "cache_capacity": ("TFRING_CACHE_CAPACITY", str),
     "log_level": ("TFRING_LOG_LEVEL", lambda v: str(v).lower()),
+    "timeline_filename": ("TFRING_TIMELINE", str),
+    "timeline_mark_cycles": ("TFRING_TIMELINE_MARK_CYCLES", lambda v: "1" if v else "0"),
     "stall_check_warning_time_seconds": ("TFRING_STALL_CHECK_TIME_SECONDS", str),
     "stall_check_shutdown_time_seconds": ("TFRING_STALL_SHUTDOWN_TIME_SECONDS", str),
 }
 # Flags of features tfring does not have yet: refusing is better than silently ignoring them.
 NOT_BUILT = {
-    "hierarchical_allreduce": "hierarchical allreduce", "timeline_filename": "the timeline",
-    "timeline_mark_cycles": "the timeline", "autotune": "autotune", "autotune_log_file": "autotune",
+    "hierarchical_allreduce": "hierarchical allreduce", "autotune": "autotune", "autotune_log_file": "autotune",
     "start_timeout": "a start-up timeout",
 }
 # horovodrun's YAML config layout: section -> {key: dest}

@@ -14,8 +14,7 @@ using tfring::Runtime;
 
 extern "C" {
 
-int tfring_init(int64_t comm_f, char* err, int err_len) {
-  tfring::Status s = Runtime::Get().Init(comm_f);
+static int Report(const tfring::Status& s, char* err, int err_len) {
   if (s.ok()) return 0;
   if (err && err_len > 0) {
     std::strncpy(err, s.message().c_str(), err_len - 1);
@@ -23,6 +22,16 @@ int tfring_init(int64_t comm_f, char* err, int err_len) {
   }
   return 1;
 }
+
+int tfring_init(int64_t comm_f, char* err, int err_len) { return Report(Runtime::Get().Init(comm_f), err, err_len); }
+
+int tfring_start_timeline(const char* path, int mark_cycles, char* err, int err_len) {
+  if (!Runtime::Get().initialized())
+    return Report(tfring::Status::PreconditionError("tfring.start_timeline: call tfring.init() first"), err, err_len);
+  return Report(Runtime::Get().StartTimeline(path ? path : "", mark_cycles != 0), err, err_len);
+}
+
+void tfring_stop_timeline() { Runtime::Get().StopTimeline(); }
 
 void tfring_shutdown() { Runtime::Get().Shutdown(); }
 int tfring_is_initialized() { return Runtime::Get().initialized() ? 1 : 0; }

@@ -19,4 +19,7 @@ int tfring_mpi_threads_supported();
 int tfring_built(const char* what);  // "mpi", "nccl", "gloo", "cuda"
 const char* tfring_built_tf_version();
 const char* tfring_knob_table();       // "name|type|default|doc\n" rows
+// Rank 0 writes the timeline (other ranks: no-op). 0 on success, else writes the message into err.
+int tfring_start_timeline(const char* path, int mark_cycles, char* err, int err_len);
+void tfring_stop_timeline();
 }

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "logging.h"
+#include "timeline.h"
 
 namespace tfring {
 namespace {
@@ -11,7 +12,8 @@ constexpr uint64_t kNotShutdown = 1, kNoUncached = 2, kNotJoined = 4;
 
 Controller::Controller(Transport& transport, TensorQueue& queue, ControllerOptions options)
     : transport_(transport), queue_(queue), cache_(options.cache_capacity), options_(std::move(options)) {
-  if (transport_.rank() == 0) coordinator_.reset(new Coordinator(transport_.size(), options_.stall));
+  if (transport_.rank() == 0)
+    coordinator_.reset(new Coordinator(transport_.size(), options_.stall, options_.timeline));
 }
 
 Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
@@ -85,6 +87,7 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
       // An invalidated position was just erased and its requests re-sent in full: never execute it here too.
       if (!(bits[1 + pos / 64] & bit) || !(bits[1 + words + pos / 64] & bit)) continue;
       out->responses.push_back(cache_.Get(pos));
+      if (options_.timeline) options_.timeline->NegotiateEnd(out->responses.back().names[0], true);
       cache_.Touch(pos);
       cached_pending_.erase(pos);
     }
@@ -100,6 +103,8 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   CacheDecided(decided);
   for (auto& r : decided.responses) {
     if (r.op == OpType::JOIN) joined_ = false;
+    if (options_.timeline)
+      for (const auto& name : r.names) options_.timeline->NegotiateEnd(name, false);
     out->responses.push_back(std::move(r));
   }
   out->shutdown |= decided.shutdown;

@@ -17,6 +17,7 @@ struct ControllerOptions {
   int64_t cache_capacity = 1024;
   StallOptions stall;  // stall.clock also times cached requests, which are demoted to a full round after
                        // min(1 s, warn time) so the coordinator can see (and report) them
+  Timeline* timeline = nullptr;  // rank 0's, or null
 };
 
 class Controller {

@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 
+#include "timeline.h"
+
 namespace tfring {
 namespace {
 
@@ -212,6 +214,7 @@ void Coordinator::Add(int rank, const RequestList& list) {
       it = table_.emplace(r.name, std::vector<Request>()).first;
     }
     it->second.push_back(r);
+    if (timeline_) timeline_->RankReady(r.name, rank);
   }
 }
 

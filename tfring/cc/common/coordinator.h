@@ -21,9 +21,12 @@ struct StallOptions {
   std::function<double()> clock;
 };
 
+class Timeline;
+
 class Coordinator {
  public:
-  Coordinator(int size, StallOptions stall) : size_(size), joined_(size, false), stall_(std::move(stall)) {}
+  Coordinator(int size, StallOptions stall, Timeline* timeline = nullptr)
+      : size_(size), joined_(size, false), stall_(std::move(stall)), timeline_(timeline) {}
   void Add(int rank, const RequestList& list);
   ResponseList Build();
   size_t pending() const { return table_.size(); }
@@ -39,6 +42,7 @@ class Coordinator {
   std::unordered_map<std::string, std::vector<Request>> table_;  // name -> requests received so far
   std::vector<std::string> order_;                                // first-arrival order
   StallOptions stall_;
+  Timeline* timeline_;
   std::unordered_map<std::string, double> first_seen_, last_warned_;
 };
 

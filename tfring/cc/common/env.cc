@@ -20,6 +20,9 @@ const std::vector<Knob>& KnobTable() {
       {"TFRING_STALL_SHUTDOWN_TIME_SECONDS", KnobType::DOUBLE, "0",
        "If > 0: seconds after which stalled collectives fail on every rank with the stall message."},
       {"TFRING_STALL_CHECK_DISABLE", KnobType::BOOL, "0", "1 turns the stall inspector off."},
+      {"TFRING_TIMELINE", KnobType::STRING, "",
+       "Path of a Chrome-trace JSON timeline written by rank 0 (open it in Perfetto or chrome://tracing)."},
+      {"TFRING_TIMELINE_MARK_CYCLES", KnobType::BOOL, "0", "1 adds a mark for every background-thread cycle."},
   };
   return table;
 }
@@ -51,6 +54,9 @@ Settings Settings::FromEnvironment() {
   s.log_level = ParseLogLevel(KnobValue("TFRING_LOG_LEVEL"));
   s.stall_check_seconds = std::atof(KnobValue("TFRING_STALL_CHECK_TIME_SECONDS").c_str());
   s.stall_shutdown_seconds = std::atof(KnobValue("TFRING_STALL_SHUTDOWN_TIME_SECONDS").c_str());
+  s.timeline_path = KnobValue("TFRING_TIMELINE");
+  const std::string marks = KnobValue("TFRING_TIMELINE_MARK_CYCLES");
+  s.timeline_mark_cycles = marks == "1" || marks == "true" || marks == "True";
   const std::string disable = KnobValue("TFRING_STALL_CHECK_DISABLE");
   if (disable == "1" || disable == "true" || disable == "True") s.stall_check_seconds = s.stall_shutdown_seconds = 0;
   if (s.fusion_threshold_bytes < 0) s.fusion_threshold_bytes = 0;

@@ -25,6 +25,8 @@ struct Settings {
   int log_level;  // 0 trace, 1 debug, 2 info, 3 warning, 4 error
   double stall_check_seconds;     // 0 = stall inspector off
   double stall_shutdown_seconds;  // 0 = warn only, never fail
+  std::string timeline_path;      // empty = no timeline
+  bool timeline_mark_cycles;
   static Settings FromEnvironment();
 };
 

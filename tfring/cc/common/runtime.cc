@@ -27,6 +27,10 @@ Status Runtime::Init(int64_t comm_f) {
   options.cache_capacity = settings_.cache_capacity;
   options.stall.warn_seconds = settings_.stall_check_seconds;
   options.stall.shutdown_seconds = settings_.stall_shutdown_seconds;
+  if (topology_.rank == 0) options.timeline = &timeline_;
+  backend_->SetTimeline(topology_.rank == 0 ? &timeline_ : nullptr);
+  if (!settings_.timeline_path.empty()) TFR_RETURN_IF_ERROR(StartTimeline(settings_.timeline_path,
+                                                                          settings_.timeline_mark_cycles));
   options.stall.clock = [] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
@@ -49,6 +53,7 @@ void Runtime::Shutdown() {
   queue_->Wake();
   if (thread_.joinable()) thread_.join();
   backend_->Finalize();
+  timeline_.Stop();
   controller_.reset();
   backend_.reset();
   running_ = false;
@@ -68,8 +73,19 @@ Status Runtime::CheckReady() const {
   return Status::OK();
 }
 
+Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (topology_.rank != 0) return Status::OK();
+  if (!timeline_.Start(path, mark_cycles))
+    return Status::InvalidArgument("tfring: cannot open the timeline file '" + path + "' for writing");
+  return Status::OK();
+}
+
+void Runtime::StopTimeline() { timeline_.Stop(); }
+
 void Runtime::Enqueue(std::vector<TensorEntry> entries) {
   Status s = CheckReady();
+  if (s.ok() && timeline_.enabled())
+    for (const auto& e : entries) timeline_.NegotiateStart(e.request.name, OpTypeName(e.request.op));
   for (const auto& e : entries) TFR_LOG(TFR_TRACE, "enqueue " << e.request.name);
   if (s.ok()) {
     // Names the caller's callbacks before moving them into the queue, to report a rejected batch.
@@ -95,6 +111,7 @@ void Runtime::Loop() {
   const auto cycle = std::chrono::microseconds(static_cast<int64_t>(settings_.cycle_time_ms * 1000));
   while (true) {
     queue_->WaitForWork(cycle);
+    timeline_.Cycle();
     ResponseList list;
     Status s = controller_->ComputeResponseList(shutdown_requested_, &list);
     if (!s.ok()) {
@@ -124,6 +141,7 @@ void Runtime::Perform(const Response& response) {
     for (auto* e : entries)
       if (e && e->join_result) *e->join_result = response.last_joined_rank;
   } else {
+    TimelineActivity activity(&timeline_, response.names, "EXECUTE");
     status = backend_->Execute(response, entries);
   }
   if (!status.ok()) TFR_LOG(TFR_DEBUG, "collective failed: " << status.message());

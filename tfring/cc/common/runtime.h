@@ -10,6 +10,7 @@
 #include "env.h"
 #include "ops/backend.h"
 #include "tensor_queue.h"
+#include "timeline.h"
 
 namespace tfring {
 
@@ -27,6 +28,9 @@ class Runtime {
   // Hands entries to the background thread; each entry's callback runs exactly once.
   void Enqueue(std::vector<TensorEntry> entries);
   Status CheckReady() const;
+  // Rank 0 writes the timeline; on other ranks these are no-ops.
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline();
 
  private:
   Runtime() = default;
@@ -46,6 +50,7 @@ class Runtime {
   std::unique_ptr<TensorQueue> queue_;
   std::unique_ptr<Controller> controller_;
   std::thread thread_;
+  Timeline timeline_;
 };
 
 }  // namespace tfring

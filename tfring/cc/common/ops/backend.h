@@ -10,6 +10,8 @@
 
 namespace tfring {
 
+class Timeline;
+
 struct Topology {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool homogeneous = true;
@@ -24,6 +26,7 @@ class Backend {
   // entries[i] matches response.names[i]; nullptr where this rank has no entry (it joined).
   virtual Status Execute(const Response& response, const std::vector<TensorEntry*>& entries) = 0;
   virtual void Finalize() = 0;
+  virtual void SetTimeline(Timeline* timeline) = 0;  // phases inside a collective (copy in, MPI call, copy out)
 };
 
 // comm_f: Fortran handle of an MPI communicator, or -1 for MPI_COMM_WORLD.

@@ -93,6 +93,7 @@ class MpiBackend : public Backend {
     return Status::Unknown("tfring: unknown collective");
   }
   void Finalize() override { ctx_.Finalize(); }
+  void SetTimeline(Timeline* timeline) override { ctx_.timeline = timeline; }
 
  private:
   MpiContext ctx_;

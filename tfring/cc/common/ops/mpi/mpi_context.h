@@ -17,6 +17,8 @@
 
 namespace tfring {
 
+class Timeline;
+
 Status MpiError(const char* call, int rc);
 
 struct MpiContext {
@@ -27,6 +29,7 @@ struct MpiContext {
   bool homogeneous = true;
   int thread_level = MPI_THREAD_SINGLE;
   std::vector<char> fusion_buffer;
+  Timeline* timeline = nullptr;  // rank 0's timeline, or null
 
   // comm_f: a Fortran handle from mpi4py's comm.py2f(), or -1 for MPI_COMM_WORLD.
   Status Init(int64_t comm_f);

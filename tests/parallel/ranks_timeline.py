@@ -1,0 +1,48 @@
+"""The timeline: Chrome-trace JSON written by rank 0 with negotiation (each rank's ready mark), execution phases
+(fusion copies, the MPI call) and cycle marks; parsed and checked."""
+import json
+import os
+import tempfile
+
+import tensorflow as tf
+
+import tfring as hvd
+from rank_helpers import init
+
+R, N = init()
+
+
+def test_timeline_phases():
+    path = hvd.broadcast_object(os.path.join(tempfile.mkdtemp(), "timeline.json") if R == 0 else None, 0)
+    hvd.start_timeline(path, mark_cycles=True)
+    for _ in range(3):  # first through the coordinator, then the response cache
+        hvd.allreduce(tf.ones([4]), name="tl_single")
+    hvd.grouped_allreduce([tf.ones([2]), tf.ones([3])], name="tl_group")  # fused: copies in/out
+    hvd.allgather(tf.ones([R + 1]), name="tl_gather")
+    hvd.stop_timeline()
+    hvd.barrier()
+    if R != 0:
+        assert not os.path.exists(path) or os.path.getsize(path) > 0
+        return
+    with open(path) as f:
+        events = json.load(f)  # a complete JSON array
+    tracks = {e["args"]["name"]: e["tid"] for e in events if e.get("ph") == "M"}
+    assert {"tl_single", "tl_group_0", "tl_group_1", "tl_gather"} <= set(tracks)
+
+    def on(track, **match):
+        return [e for e in events if e.get("tid") == tracks[track] and all(e.get(k) == v for k, v in match.items())]
+    assert len(on("tl_single", name="NEGOTIATE_allreduce", ph="B")) == 3
+    paths = [e["args"]["path"] for e in on("tl_single", ph="E") if "path" in e.get("args", {})]
+    assert paths[0] == "coordinator" and "response cache" in paths[1:]
+    ready = {e["args"]["rank"] for e in on("tl_single", ph="i")}
+    assert ready == set(range(N))  # each rank's ready mark from the coordinator round
+    assert on("tl_single", name="MPI_ALLREDUCE", ph="B")
+    for phase in ("MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"):
+        assert on("tl_group_0", name=phase, ph="B") and on("tl_group_1", name=phase, ph="B"), phase
+    assert on("tl_gather", name="EXECUTE", ph="B")
+    assert any(e.get("name") == "CYCLE_START" for e in events)
+    # Every span closes: B and E balance per track.
+    for name, tid in tracks.items():
+        opened = sum(1 for e in events if e.get("tid") == tid and e.get("ph") == "B")
+        closed = sum(1 for e in events if e.get("tid") == tid and e.get("ph") == "E")
+        assert opened == closed, name
