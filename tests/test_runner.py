@@ -109,7 +109,9 @@ def test_output_is_tagged_by_rank_in_whole_lines_and_logged_per_rank(tmp_path):
 
 
 @pytest.mark.parametrize("mode,code,words", [
-    ("exit3", 3, "rank 1 exited with code 3"),
+    # Rank 1's exit ends tfring on rank 0, which may fail (code 1) before rank 1's own exit is reported:
+    # either way the summary names rank 1.
+    ("exit3", None, "rank 1"),
     ("kill", 137, "rank 1 on host"),
     ("osexit", None, "rank 1 on host"),
 ])
@@ -132,6 +134,10 @@ def test_a_dying_rank_ends_the_job_naming_it(tmp_path, mode, code, words):
     assert words in proc.stdout, proc.stdout[-3000:]
     if mode == "kill":
         assert "signal 9" in proc.stdout
+    if mode == "exit3":
+        assert proc.returncode in (1, 3)
+        assert ("rank 1 exited with code 3" in proc.stdout or
+                "tfring had been shut down by rank 1" in proc.stdout), proc.stdout[-3000:]
 
 
 def test_sigterm_stops_every_rank_within_5_seconds(tmp_path):

@@ -96,6 +96,7 @@ def build_command(args):
 
 
 _TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>: ?")
+_PEER_SHUTDOWN = re.compile(r"tfring was shut down by rank (\d+)")
 
 
 class Relay:
@@ -107,6 +108,7 @@ class Relay:
         self.files = {}
         self.lock = threading.Lock()
         self.untagged = []  # mpirun's own messages (which rank failed, why)
+        self.shutdown_by = None  # a rank whose exit ended tfring on the others
         if output_dir:
             os.makedirs(output_dir, exist_ok=True)
 
@@ -118,7 +120,10 @@ class Relay:
     def pump(self, stream, out):
         for line in iter(stream.readline, ""):
             m = _TAG.match(line)
+            peer = _PEER_SHUTDOWN.search(line)
             with self.lock:
+                if peer and self.shutdown_by is None:
+                    self.shutdown_by = peer.group(1)
                 if m:
                     line = "[%s]<%s>:%s" % (m.group(1), m.group(2), line[m.end():])
                     if self.output_dir:
@@ -210,7 +215,12 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None):
     if rc == 0 and lost_host(relay.untagged):
         rc = 1  # PRRTE exits 0 when it loses a host; the job did not finish
     if rc != 0:
-        stderr.write(failure_summary(rc, relay.untagged) + "\n")
+        summary = failure_summary(rc, relay.untagged)
+        if relay.shutdown_by is not None:
+            # The first rank to fail may only be a victim: say who ended tfring first.
+            summary += " (tfring had been shut down by rank %s: it exited or called shutdown() first)" % \
+                relay.shutdown_by
+        stderr.write(summary + "\n")
     return rc
 
 
