@@ -23,6 +23,9 @@ const std::vector<Knob>& KnobTable() {
       {"TFRING_TIMELINE", KnobType::STRING, "",
        "Path of a Chrome-trace JSON timeline written by rank 0 (open it in Perfetto or chrome://tracing)."},
       {"TFRING_TIMELINE_MARK_CYCLES", KnobType::BOOL, "0", "1 adds a mark for every background-thread cycle."},
+      {"TFRING_MPI_MAX_COUNT", KnobType::INT, "2147483647",
+       "Largest count per MPI call (MPI counts are int). Allreduce/broadcast are chunked to it; allgather, "
+       "alltoall and reducescatter beyond it fail clearly. Lowering it only serves to test those paths."},
   };
   return table;
 }
@@ -59,6 +62,8 @@ Settings Settings::FromEnvironment() {
   s.timeline_mark_cycles = marks == "1" || marks == "true" || marks == "True";
   const std::string disable = KnobValue("TFRING_STALL_CHECK_DISABLE");
   if (disable == "1" || disable == "true" || disable == "True") s.stall_check_seconds = s.stall_shutdown_seconds = 0;
+  s.mpi_max_count = std::atoll(KnobValue("TFRING_MPI_MAX_COUNT").c_str());
+  if (s.mpi_max_count < 1 || s.mpi_max_count > 2147483647LL) s.mpi_max_count = 2147483647LL;
   if (s.fusion_threshold_bytes < 0) s.fusion_threshold_bytes = 0;
   if (s.cycle_time_ms < 0) s.cycle_time_ms = 0;
   if (s.cache_capacity < 0) s.cache_capacity = 0;

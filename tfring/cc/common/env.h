@@ -27,6 +27,7 @@ struct Settings {
   double stall_shutdown_seconds;  // 0 = warn only, never fail
   std::string timeline_path;      // empty = no timeline
   bool timeline_mark_cycles;
+  int64_t mpi_max_count;          // elements per MPI call; larger collectives are chunked or refused
   static Settings FromEnvironment();
 };
 

@@ -18,7 +18,7 @@ Status Runtime::Init(int64_t comm_f) {
   settings_ = Settings::FromEnvironment();
   SetLogLevel(settings_.log_level);
   std::unique_ptr<Backend> backend;
-  TFR_RETURN_IF_ERROR(CreateMpiBackend(comm_f, &backend));
+  TFR_RETURN_IF_ERROR(CreateMpiBackend(comm_f, settings_.mpi_max_count, &backend));
   backend_ = std::move(backend);
   topology_ = backend_->topology();
   SetLogRank(topology_.rank);

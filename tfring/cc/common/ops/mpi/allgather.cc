@@ -10,8 +10,8 @@ Status MpiAllgather(MpiContext& ctx, const Response& r, const Entries& entries) 
   std::vector<int> counts(ctx.size), displs(ctx.size);
   int64_t rows = 0;
   for (int i = 0; i < ctx.size; ++i) {
-    TFR_RETURN_IF_ERROR(ToIntCount(r.sizes[i], "allgather rows", &counts[i]));
-    TFR_RETURN_IF_ERROR(ToIntCount(rows, "allgather offset", &displs[i]));
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, r.sizes[i], "allgather rows", &counts[i]));
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, rows, "allgather offset", &displs[i]));
     rows += r.sizes[i];
   }
   Shape out_shape = {rows};

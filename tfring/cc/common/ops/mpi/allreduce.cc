@@ -11,7 +11,7 @@ namespace {
 // MPI counts are int: reduce in chunks so tensors over 2^31 elements stay correct.
 Status ReduceInPlace(MpiContext& ctx, const Response& r, char* buf, int64_t total) {
   TimelineActivity mpi(ctx.timeline, r.names, "MPI_ALLREDUCE");
-  const int64_t esize = DataTypeSize(r.dtype), chunk = INT_MAX / 2;
+  const int64_t esize = DataTypeSize(r.dtype), chunk = ctx.max_count;
   for (int64_t off = 0; off < total; off += chunk) {
     const int n = static_cast<int>(std::min(chunk, total - off));
     TFR_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf + off * esize, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype),

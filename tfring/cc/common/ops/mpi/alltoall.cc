@@ -10,13 +10,22 @@ Status MpiAlltoall(MpiContext& ctx, const Response& r, const Entries& entries) {
   Shape trailing(r.shape.size() > 1 ? r.shape.begin() + 1 : r.shape.end(), r.shape.end());
   const int64_t row_bytes = NumElements(trailing) * DataTypeSize(r.dtype);
   // r.sizes is the split matrix: row s = rows rank s sends to each rank.
+  // Check the whole matrix, not just this rank's row and column: every rank must reach the same verdict, or
+  // the ranks that passed would enter MPI_Alltoallv without the others.
+  for (int s = 0; s < n; ++s) {
+    int64_t sent = 0, received = 0;
+    for (int d = 0; d < n; ++d) sent += r.sizes[s * n + d], received += r.sizes[d * n + s];
+    int unused;
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, sent, "alltoall rows sent by one rank", &unused));
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, received, "alltoall rows received by one rank", &unused));
+  }
   std::vector<int> scounts(n), sdispls(n), rcounts(n), rdispls(n);
   int64_t soff = 0, roff = 0;
   for (int i = 0; i < n; ++i) {
-    TFR_RETURN_IF_ERROR(ToIntCount(r.sizes[ctx.rank * n + i], "alltoall send rows", &scounts[i]));
-    TFR_RETURN_IF_ERROR(ToIntCount(r.sizes[i * n + ctx.rank], "alltoall receive rows", &rcounts[i]));
-    TFR_RETURN_IF_ERROR(ToIntCount(soff, "alltoall offset", &sdispls[i]));
-    TFR_RETURN_IF_ERROR(ToIntCount(roff, "alltoall offset", &rdispls[i]));
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, r.sizes[ctx.rank * n + i], "alltoall send rows", &scounts[i]));
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, r.sizes[i * n + ctx.rank], "alltoall receive rows", &rcounts[i]));
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, soff, "alltoall offset", &sdispls[i]));
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, roff, "alltoall offset", &rdispls[i]));
     soff += scounts[i];
     roff += rcounts[i];
   }

@@ -29,7 +29,7 @@ class RowType {
   bool owned_ = false;
 };
 
-// Checked narrowing for MPI's int counts.
-Status ToIntCount(int64_t n, const char* what, int* out);
+// Checked narrowing for MPI's int counts (limit: ctx.max_count).
+Status ToIntCount(const MpiContext& ctx, int64_t n, const char* what, int* out);
 
 }  // namespace tfring

@@ -18,9 +18,11 @@ RowType::~RowType() {
   if (owned_) MPI_Type_free(&type_);
 }
 
-Status ToIntCount(int64_t n, const char* what, int* out) {
-  if (n > INT_MAX) return Status::InvalidArgument(std::string("tfring: ") + what + " of " + std::to_string(n) +
-                                                  " exceeds MPI's int count limit (2^31-1)");
+Status ToIntCount(const MpiContext& ctx, int64_t n, const char* what, int* out) {
+  if (n > ctx.max_count)
+    return Status::InvalidArgument(std::string("tfring: ") + what + " of " + std::to_string(n) +
+                                   " exceeds the per-call MPI count limit of " + std::to_string(ctx.max_count) +
+                                   " (MPI counts are int)");
   *out = static_cast<int>(n);
   return Status::OK();
 }
@@ -69,7 +71,10 @@ class MpiTransport : public Transport {
 class MpiBackend : public Backend {
  public:
   MpiBackend() : transport_(ctx_) {}
-  Status Init(int64_t comm_f) { return ctx_.Init(comm_f); }
+  Status Init(int64_t comm_f, int64_t max_count) {
+    ctx_.max_count = max_count;
+    return ctx_.Init(comm_f);
+  }
   Transport& transport() override { return transport_; }
   Topology topology() const override {
     Topology t;
@@ -102,9 +107,9 @@ class MpiBackend : public Backend {
 
 }  // namespace
 
-Status CreateMpiBackend(int64_t comm_f, std::unique_ptr<Backend>* out) {
+Status CreateMpiBackend(int64_t comm_f, int64_t max_count, std::unique_ptr<Backend>* out) {
   std::unique_ptr<MpiBackend> b(new MpiBackend());
-  TFR_RETURN_IF_ERROR(b->Init(comm_f));
+  TFR_RETURN_IF_ERROR(b->Init(comm_f, max_count));
   *out = std::move(b);
   return Status::OK();
 }

@@ -30,6 +30,7 @@ struct MpiContext {
   int thread_level = MPI_THREAD_SINGLE;
   std::vector<char> fusion_buffer;
   Timeline* timeline = nullptr;  // rank 0's timeline, or null
+  int64_t max_count = 2147483647;  // per MPI call (TFRING_MPI_MAX_COUNT)
 
   // comm_f: a Fortran handle from mpi4py's comm.py2f(), or -1 for MPI_COMM_WORLD.
   Status Init(int64_t comm_f);

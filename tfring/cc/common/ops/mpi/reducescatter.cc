@@ -13,7 +13,7 @@ Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entri
   // Rows split as evenly as possible; the first dim0 % n ranks get one extra row (Horovod's layout).
   std::vector<int> counts(n);
   for (int i = 0; i < n; ++i)
-    TFR_RETURN_IF_ERROR(ToIntCount((dim0 / n + (i < dim0 % n ? 1 : 0)) * row_elems, "reducescatter count",
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, (dim0 / n + (i < dim0 % n ? 1 : 0)) * row_elems, "reducescatter count",
                                    &counts[i]));
   Shape out_shape = r.shape;
   out_shape[0] = dim0 / n + (ctx.rank < dim0 % n ? 1 : 0);

@@ -1,0 +1,60 @@
+"""Beyond MPI's int count: allreduce and broadcast are chunked (exact results), the others fail clearly on every
+rank. The limit is lowered with TFRING_MPI_MAX_COUNT so the paths run on small tensors; a duplicate name in
+flight is refused on the rank that misused it."""
+import os
+import threading
+import time
+
+os.environ["TFRING_MPI_MAX_COUNT"] = "1000"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tfring as hvd  # noqa: E402
+from rank_helpers import init  # noqa: E402
+
+R, N = init()
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.int64, tf.bfloat16], ids=lambda d: d.name)
+def test_allreduce_and_broadcast_are_chunked(dtype):
+    n = 4567  # five chunks of <= 1000 elements
+    x = tf.cast(tf.range(n) % 7 + R, dtype)
+    out = hvd.allreduce(x, op=hvd.Sum, name="chunked_%s" % dtype.name)
+    want = sum((np.arange(n) % 7 + r) for r in range(N))
+    np.testing.assert_array_equal(tf.cast(out, tf.float64).numpy(), want)
+    b = hvd.broadcast(tf.fill([5000], R + 1), root_rank=N - 1, name="chunked_bcast")  # 20000 bytes
+    assert (b.numpy() == N).all()
+
+
+def test_counts_beyond_the_limit_fail_clearly_on_every_rank():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="allgather rows of 1500 exceeds the per-call MPI count "
+                                                            "limit of 1000"):
+        hvd.allgather(tf.zeros([1500, 2]), name="too_many_rows")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="exceeds the per-call MPI count limit"):
+        hvd.reducescatter(tf.zeros([N * 1100]), name="too_big_rs")
+    assert hvd.allreduce(tf.ones([3]), op=hvd.Sum).numpy().tolist() == [N] * 3
+
+
+def test_duplicate_name_in_flight_is_refused_locally():
+    errors = []
+    if R == 0:
+        first = threading.Thread(target=lambda: hvd.allreduce(tf.ones([1]), name="dup_in_flight"))
+        first.start()
+        time.sleep(0.5)  # rank 1 has not submitted yet, so the first one is still in flight
+        with pytest.raises(tf.errors.InvalidArgumentError, match="'dup_in_flight' is already in flight"):
+            hvd.allreduce(tf.ones([1]), name="dup_in_flight")
+        first.join(timeout=30)
+    else:
+        time.sleep(1.5)
+        hvd.allreduce(tf.ones([1]), name="dup_in_flight")
+    assert not errors
+
+
+def test_alltoall_beyond_the_limit_fails_on_every_rank_even_if_only_one_rank_sends_much():
+    # Only the last rank sends itself 1200 rows: every rank must refuse, none may enter MPI alone.
+    rows = [1200 if (R == N - 1 and d == N - 1) else 1 for d in range(N)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="alltoall rows .* exceeds the per-call MPI count"):
+        hvd.alltoall(tf.zeros([sum(rows)]), splits=rows, name="a2a_too_big")
+    assert hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy().tolist() == [N] * 2
