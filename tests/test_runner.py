@@ -174,5 +174,7 @@ def square_of_rank(offset):
 
 def test_run_api_returns_results_in_rank_order():
     from tfring.runner import run
-    results = run(square_of_rank, args=(10,), np=3, env={"PYTHONPATH": HERE})
+    # The ranks import this test module by name (cloudpickle pickles module functions by reference).
+    path = os.pathsep.join(p for p in [HERE, os.environ.get("PYTHONPATH", "")] if p)
+    results = run(square_of_rank, args=(10,), np=3, env={"PYTHONPATH": path})
     assert results == [(10, 6), (11, 6), (14, 6)]

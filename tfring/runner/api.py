@@ -25,9 +25,11 @@ def run(fn, args=(), kwargs=None, np=2, hosts=None, env=None, verbose=False, mpi
     try:
         with open(os.path.join(workdir, "task.pkl"), "wb") as f:
             f.write(_dumps((fn, tuple(args), dict(kwargs or {}))))
+        # Run task.py by path, not with -m: -m would put the caller's cwd first on sys.path, where a source
+        # checkout's tfring/ (without its compiled library) could shadow the installed package.
+        task = os.path.join(os.path.dirname(os.path.abspath(__file__)), "task.py")
         argv = ["-np", str(np)] + (["-H", hosts] if hosts else []) + ["--mpi-args", mpi_args, "--",
-                                                                    sys.executable, "-m", "tfring.runner.task",
-                                                                    workdir]
+                                                                    sys.executable, task, workdir]
         parsed = build_parser().parse_args(argv)
         parsed.command = parsed.command[1:] if parsed.command[:1] == ["--"] else parsed.command
         old_env = dict(os.environ)
