@@ -54,10 +54,12 @@ def iters_for(nbytes):
 
 
 def mwms_allreduce_fn():
+    def replica_fn(v):
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, v * 1.0)
+
     @tf.function
     def run(x):
-        return STRATEGY.run(lambda v: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, v),
-                            args=(x,))
+        return STRATEGY.run(replica_fn, args=(x,))
     return run
 
 
@@ -104,7 +106,8 @@ def bench_resnet_set(rows):
         return tape.gradient(loss, w)
 
     mwms = tf.function(lambda ts: STRATEGY.run(
-        lambda *vs: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, list(vs)), args=ts))
+        lambda *vs: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                                   [v * 1.0 for v in vs]), args=ts))
     rows.append({"case": "ResNet-50 gradients (%d tensors, %.2f M params)" % (len(shapes), params / 1e6),
                  "bytes": params * 4, "raw_ms": median_ms(raw, 5),
                  "tfring_function_ms": median_ms(lambda: grouped(tensors), 5),

@@ -8,7 +8,7 @@ namespace tfring {
 
 const std::vector<Knob>& KnobTable() {
   static const std::vector<Knob> table = {
-      {"TFRING_FUSION_THRESHOLD", KnobType::INT, "67108864",
+      {"TFRING_FUSION_THRESHOLD", KnobType::INT, "8388608",
        "Bytes of small allreduces packed into one fusion buffer per collective call (0 disables fusion)."},
       {"TFRING_CYCLE_TIME", KnobType::DOUBLE, "1",
        "Milliseconds the background thread waits for more work before negotiating an idle cycle."},
