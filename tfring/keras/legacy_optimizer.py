@@ -5,12 +5,13 @@ import tf_keras
 
 from tfring.basics import size
 from tfring.compression import Compression
+from tfring.keras._delegate import InnerOptimizerDelegation
 from tfring.ops import Average, Sum
 from tfring.tape import reduce_gradients
 
 
 @tf_keras.utils.register_keras_serializable(package="tfring")
-class LegacyDistributedOptimizer(tf_keras.optimizers.Optimizer):
+class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.Optimizer):
     def __init__(self, optimizer, name=None, op=Average, compression=Compression.none, sparse_as_dense=False,
                  gradient_predivide_factor=1.0, **kwargs):
         if not isinstance(optimizer, tf_keras.optimizers.Optimizer):
@@ -32,27 +33,9 @@ class LegacyDistributedOptimizer(tf_keras.optimizers.Optimizer):
         self.inner_optimizer.build(var_list)
         super().build(var_list)
 
-    @property
-    def learning_rate(self):
-        return self.inner_optimizer.learning_rate
+    lr = InnerOptimizerDelegation.learning_rate  # tf_keras's older name for it
 
-    @learning_rate.setter
-    def learning_rate(self, value):
-        self.inner_optimizer.learning_rate = value
-
-    @property
-    def lr(self):
-        return self.inner_optimizer.learning_rate
-
-    @lr.setter
-    def lr(self, value):
-        self.inner_optimizer.learning_rate = value
-
-    @property
-    def iterations(self):
-        return self.inner_optimizer.iterations
-
-    @iterations.setter
+    @InnerOptimizerDelegation.iterations.setter
     def iterations(self, value):
         self.inner_optimizer.iterations = value
 

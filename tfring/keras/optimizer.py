@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from tfring.basics import size
+from tfring.keras._delegate import InnerOptimizerDelegation
 from tfring.compression import Compression
 from tfring.ops import Average, Sum
 from tfring.tape import reduce_gradients
@@ -20,7 +21,7 @@ def _compression_name(c):
 
 
 @keras.saving.register_keras_serializable(package="tfring")
-class DistributedOptimizer(keras.optimizers.Optimizer):
+class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer):
     """Averages (op=Average) or sums (op=Sum) gradients over all ranks, then applies the inner optimizer.
 
     backward_passes_per_step=k accumulates k local gradients and communicates once every k steps
@@ -74,18 +75,6 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
     @property
     def variables(self):
         return self._variables + self.inner_optimizer.variables
-
-    @property
-    def learning_rate(self):
-        return self.inner_optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, value):
-        self.inner_optimizer.learning_rate = value
-
-    @property
-    def iterations(self):
-        return self.inner_optimizer.iterations
 
     def _reduce(self, grads):
         if size() == 1:
