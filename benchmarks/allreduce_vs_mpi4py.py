@@ -3,8 +3,6 @@ the same processes. Run: tfringrun -np 2 python benchmarks/allreduce_vs_mpi4py.p
 import argparse
 import json
 import os
-import time
-
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
@@ -12,21 +10,9 @@ import tensorflow as tf  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import tfring as hvd  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 SIZES = {"4KiB": 4 << 10, "1MiB": 1 << 20, "16MiB": 16 << 20, "64MiB": 64 << 20}
-
-
-def median_ms(fn, iters, comm):
-    fn()  # warm up (graph tracing, cache fill)
-    fn()
-    times = []
-    for _ in range(iters):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    # The slowest rank defines a collective's time.
-    return 1000 * comm.allreduce(float(np.median(times)), op=MPI.MAX)
 
 
 def main():
@@ -44,9 +30,9 @@ def main():
         iters = 200 if nbytes <= (1 << 20) else 20
         arr = np.ones(nbytes // 4, np.float32)
         x = tf.constant(arr)
-        raw = median_ms(lambda: comm.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM), iters, comm)
-        eager = median_ms(lambda: hvd.allreduce(x, op=hvd.Sum, name="bench"), iters, comm)
-        graph = median_ms(lambda: fn_graph(x), iters, comm)
+        raw = median_ms(lambda: comm.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM), iters)
+        eager = median_ms(lambda: hvd.allreduce(x, op=hvd.Sum, name="bench"), iters)
+        graph = median_ms(lambda: fn_graph(x), iters)
         rows.append({"size": label, "bytes": nbytes, "mpi4py_ms": raw, "tfring_eager_ms": eager,
                      "tfring_function_ms": graph, "eager_vs_raw": eager / raw, "function_vs_raw": graph / raw})
     if hvd.rank() == 0:

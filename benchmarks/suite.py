@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import socket
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from mpi4py import MPI  # noqa: E402
@@ -32,21 +31,10 @@ import tensorflow as tf  # noqa: E402
 
 STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
 import tfring as hvd  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 SIZES = [("4KiB", 4 << 10), ("64KiB", 64 << 10), ("1MiB", 1 << 20), ("4MiB", 4 << 20), ("16MiB", 16 << 20),
          ("64MiB", 64 << 20)]
-
-
-def median_ms(fn, iters):
-    fn()
-    fn()
-    times = []
-    for _ in range(iters):
-        COMM.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1000 * COMM.allreduce(float(np.median(times)), op=MPI.MAX)
 
 
 def iters_for(nbytes):

@@ -4,7 +4,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -13,11 +12,13 @@ from conftest import ROOT, rank_env
 
 NETNS = os.environ.get("TFRING_NETNS_DIR") or os.path.join(os.path.dirname(ROOT), "shared", "netns")
 NH = os.path.join(NETNS, "netns-hosts")
-PREFIX = "tfrt%d" % (os.getpid() % 1000)  # own namespace names: no collision with other runs
+# Own namespace names and subnet: no collision with other runs.
+NETNS_ENV = {"NETNS_HOSTS_PREFIX": "tfrt%d" % (os.getpid() % 1000),
+             "NETNS_HOSTS_SUBNET": "10.232.%d" % (os.getpid() % 200)}
 
 
 def _nh(*args, check=True, timeout=60):
-    env = dict(os.environ, NETNS_HOSTS_PREFIX=PREFIX, NETNS_HOSTS_SUBNET="10.232.%d" % (os.getpid() % 200))
+    env = dict(os.environ, **NETNS_ENV)
     return subprocess.run([NH] + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=timeout, check=check)
 
@@ -39,12 +40,10 @@ def hosts(tmp_path_factory):
 
 
 def tfringrun_on_h1(fake_ssh, args, timeout=120):
-    env = rank_env()
-    env.update(PATH=fake_ssh + os.pathsep + env["PATH"], NETNS_HOSTS_PREFIX=PREFIX)
-    subnet = "10.232.%d.0/24" % (os.getpid() % 200)
+    env = dict(rank_env(), **NETNS_ENV)
+    env["PATH"] = fake_ssh + os.pathsep + env["PATH"]
     cmd = [NH, "exec", "h1", sys.executable, "-m", "tfring.runner", "-np", "2", "-H", "h1:1,h2:1",
-           "--network-interface", subnet] + args
-    env["NETNS_HOSTS_SUBNET"] = "10.232.%d" % (os.getpid() % 200)
+           "--network-interface", NETNS_ENV["NETNS_HOSTS_SUBNET"] + ".0/24"] + args
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

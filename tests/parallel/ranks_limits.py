@@ -38,7 +38,6 @@ def test_counts_beyond_the_limit_fail_clearly_on_every_rank():
 
 
 def test_duplicate_name_in_flight_is_refused_locally():
-    errors = []
     if R == 0:
         first = threading.Thread(target=lambda: hvd.allreduce(tf.ones([1]), name="dup_in_flight"))
         first.start()
@@ -49,7 +48,6 @@ def test_duplicate_name_in_flight_is_refused_locally():
     else:
         time.sleep(1.5)
         hvd.allreduce(tf.ones([1]), name="dup_in_flight")
-    assert not errors
 
 
 def test_alltoall_beyond_the_limit_fails_on_every_rank_even_if_only_one_rank_sends_much():

@@ -88,17 +88,12 @@ void Runtime::Enqueue(std::vector<TensorEntry> entries) {
     for (const auto& e : entries) timeline_.NegotiateStart(e.request.name, OpTypeName(e.request.op));
   for (const auto& e : entries) TFR_LOG(TFR_TRACE, "enqueue " << e.request.name);
   if (s.ok()) {
-    // Names the caller's callbacks before moving them into the queue, to report a rejected batch.
-    std::vector<StatusCallback> callbacks;
-    for (auto& e : entries) callbacks.push_back(e.callback);
-    s = queue_->Add(std::move(entries));
+    s = queue_->Add(entries);  // moves the entries in, or leaves them here if it refuses the batch
     if (s.ok()) {
       // The loop may have ended between the check and the add; it drains again after finishing.
       if (loop_done_) FailAll(CheckReady());
       return;
     }
-    for (auto& cb : callbacks) cb(s);
-    return;
   }
   for (auto& e : entries) e.callback(s);
 }

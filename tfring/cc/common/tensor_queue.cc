@@ -2,7 +2,7 @@
 
 namespace tfring {
 
-Status TensorQueue::Add(std::vector<TensorEntry> entries) {
+Status TensorQueue::Add(std::vector<TensorEntry>& entries) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < entries.size(); ++i) {
@@ -40,11 +40,6 @@ bool TensorQueue::Take(const std::string& name, TensorEntry* out) {
   return true;
 }
 
-bool TensorQueue::Has(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return entries_.count(name) > 0;
-}
-
 const Request* TensorQueue::Find(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
@@ -74,11 +69,6 @@ std::vector<TensorEntry> TensorQueue::DrainAll() {
   entries_.clear();
   new_requests_.clear();
   return out;
-}
-
-size_t TensorQueue::InFlight() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return entries_.size();
 }
 
 }  // namespace tfring

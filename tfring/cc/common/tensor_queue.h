@@ -14,19 +14,18 @@ namespace tfring {
 
 class TensorQueue {
  public:
-  // Adds all entries atomically (a grouped op's members negotiate in the same cycle).
-  // Fails without adding any if a name is already in flight on this rank.
-  Status Add(std::vector<TensorEntry> entries);
+  // Adds all entries atomically (a grouped op's members negotiate in the same cycle), moving them out of
+  // `entries`. Fails without touching them if a name is already in flight on this rank.
+  Status Add(std::vector<TensorEntry>& entries);
+  Status Add(std::vector<TensorEntry>&& entries) { return Add(entries); }
   std::vector<Request> PopNewRequests();
   bool Take(const std::string& name, TensorEntry* out);
-  bool Has(const std::string& name);
   const Request* Find(const std::string& name);  // only from the background thread
   // Wait until new requests arrive or the timeout passes; returns true if work is pending.
   bool WaitForWork(std::chrono::microseconds timeout);
   void Wake();
   // Remove every entry (shutdown); the caller fails them.
   std::vector<TensorEntry> DrainAll();
-  size_t InFlight();
 
  private:
   std::mutex mu_;
