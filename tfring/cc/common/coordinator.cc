@@ -98,6 +98,18 @@ Response BuildResponse(const std::string& name, const std::vector<const Request*
 
   if (check("the collective", [](const Request& r) { return std::string(OpTypeName(r.op)); })) return resp;
   if (check("dtype", [](const Request& r) { return std::string(DataTypeName(r.dtype)); })) return resp;
+  if (check("device (host or GPU memory)",
+            [](const Request& r) { return std::string(r.device < 0 ? "CPU" : "GPU"); }))
+    return resp;
+  if (first->device >= 0) {
+    if (joined > 0) {
+      resp.kind = Response::ERROR;
+      resp.error = "tfring: GPU tensor '" + name + "' cannot be reduced while " + std::to_string(joined) +
+                   " rank(s) have called join(); join() is supported for CPU tensors only";
+      return resp;
+    }
+    for (const Request* r : reqs) resp.devices.push_back(r->device);
+  }
   if (joined > 0 && resp.op != OpType::ALLREDUCE && resp.op != OpType::BARRIER) {
     resp.kind = Response::ERROR;
     resp.error = "tfring: " + std::string(OpTypeName(resp.op)) + " of tensor '" + name + "' cannot run while " +

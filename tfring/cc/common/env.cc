@@ -26,6 +26,9 @@ const std::vector<Knob>& KnobTable() {
       {"TFRING_MPI_MAX_COUNT", KnobType::INT, "2147483647",
        "Largest count per MPI call (MPI counts are int). Allreduce/broadcast are chunked to it; allgather, "
        "alltoall and reducescatter beyond it fail clearly. Lowering it only serves to test those paths."},
+      {"TFRING_GPU_TIMEOUT_SECONDS", KnobType::DOUBLE, "600",
+       "NCCL builds: seconds one GPU collective may run before its communicator is aborted and the op fails "
+       "(0: no deadline)."},
   };
   return table;
 }
@@ -63,6 +66,7 @@ Settings Settings::FromEnvironment() {
   const std::string disable = KnobValue("TFRING_STALL_CHECK_DISABLE");
   if (disable == "1" || disable == "true" || disable == "True") s.stall_check_seconds = s.stall_shutdown_seconds = 0;
   s.mpi_max_count = std::atoll(KnobValue("TFRING_MPI_MAX_COUNT").c_str());
+  s.gpu_timeout_seconds = std::atof(KnobValue("TFRING_GPU_TIMEOUT_SECONDS").c_str());
   if (s.mpi_max_count < 1 || s.mpi_max_count > 2147483647LL) s.mpi_max_count = 2147483647LL;
   if (s.fusion_threshold_bytes < 0) s.fusion_threshold_bytes = 0;
   if (s.cycle_time_ms < 0) s.cycle_time_ms = 0;

@@ -28,6 +28,7 @@ struct Settings {
   std::string timeline_path;      // empty = no timeline
   bool timeline_mark_cycles;
   int64_t mpi_max_count;          // elements per MPI call; larger collectives are chunked or refused
+  double gpu_timeout_seconds;     // deadline of one GPU collective (NCCL builds)
   static Settings FromEnvironment();
 };
 

@@ -10,9 +10,9 @@ class Writer {
  public:
   template <typename T> void Put(T v) { buf_.append(reinterpret_cast<const char*>(&v), sizeof(T)); }
   void PutString(const std::string& s) { Put<uint32_t>(s.size()); buf_ += s; }
-  void PutInts(const std::vector<int64_t>& v) {
+  template <typename T> void PutInts(const std::vector<T>& v) {
     Put<uint32_t>(v.size());
-    buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+    buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   std::string Take() { return std::move(buf_); }
 
@@ -36,12 +36,12 @@ class Reader {
     pos_ += n;
     return true;
   }
-  bool GetInts(std::vector<int64_t>* v) {
+  template <typename T> bool GetInts(std::vector<T>* v) {
     uint32_t n;
-    if (!Get(&n) || pos_ + n * sizeof(int64_t) > b_.size()) return false;
+    if (!Get(&n) || pos_ + static_cast<size_t>(n) * sizeof(T) > b_.size()) return false;
     v->resize(n);
-    std::memcpy(v->data(), b_.data() + pos_, n * sizeof(int64_t));
-    pos_ += n * sizeof(int64_t);
+    std::memcpy(v->data(), b_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
     return true;
   }
   bool Done() const { return pos_ == b_.size(); }
@@ -66,6 +66,7 @@ std::string Encode(const RequestList& list) {
     w.Put(r.root_rank); w.Put(r.prescale); w.Put(r.postscale);
     w.PutInts(r.shape);
     w.PutInts(r.splits);
+    w.Put(r.device);
   }
   return w.Take();
 }
@@ -79,7 +80,7 @@ Status Decode(const std::string& bytes, RequestList* list) {
   for (auto& r : list->requests) {
     if (!rd.Get(&r.rank) || !rd.GetString(&r.name) || !rd.Get(&r.op) || !rd.Get(&r.dtype) ||
         !rd.Get(&r.reduce_op) || !rd.Get(&r.root_rank) || !rd.Get(&r.prescale) || !rd.Get(&r.postscale) ||
-        !rd.GetInts(&r.shape) || !rd.GetInts(&r.splits))
+        !rd.GetInts(&r.shape) || !rd.GetInts(&r.splits) || !rd.Get(&r.device))
       return Corrupt("request");
   }
   return rd.Done() ? Status::OK() : Corrupt("request");
@@ -100,6 +101,7 @@ std::string Encode(const ResponseList& list) {
     w.Put(r.prescale); w.Put(r.postscale);
     w.PutInts(r.sizes); w.PutInts(r.shape);
     w.Put(r.joined); w.Put(r.last_joined_rank);
+    w.PutInts(r.devices);
     w.PutString(r.error);
   }
   return w.Take();
@@ -122,7 +124,7 @@ Status Decode(const std::string& bytes, ResponseList* list) {
       if (!rd.GetString(&s)) return Corrupt("response");
     if (!rd.Get(&r.dtype) || !rd.Get(&r.reduce_op) || !rd.Get(&r.root_rank) || !rd.Get(&r.prescale) ||
         !rd.Get(&r.postscale) || !rd.GetInts(&r.sizes) || !rd.GetInts(&r.shape) || !rd.Get(&r.joined) ||
-        !rd.Get(&r.last_joined_rank) || !rd.GetString(&r.error))
+        !rd.Get(&r.last_joined_rank) || !rd.GetInts(&r.devices) || !rd.GetString(&r.error))
       return Corrupt("response");
   }
   return rd.Done() ? Status::OK() : Corrupt("response");
@@ -131,7 +133,7 @@ Status Decode(const std::string& bytes, ResponseList* list) {
 bool SameParameters(const Request& a, const Request& b) {
   return a.name == b.name && a.op == b.op && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
          a.root_rank == b.root_rank && a.prescale == b.prescale && a.postscale == b.postscale &&
-         a.shape == b.shape && a.splits == b.splits;
+         a.shape == b.shape && a.splits == b.splits && a.device == b.device;
 }
 
 }  // namespace tfring

@@ -21,6 +21,7 @@ struct Request {
   double postscale = 1.0;
   Shape shape;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  int32_t device = -1;          // -1: host memory (MPI); else the GPU ordinal holding the tensor (NCCL)
 };
 
 struct RequestList {
@@ -45,6 +46,7 @@ struct Response {
   Shape shape;                 // the common shape (allreduce, broadcast, reducescatter) or trailing dims
   int32_t joined = 0;          // ranks that had joined when this was decided (they contribute zeros)
   int32_t last_joined_rank = -1;
+  std::vector<int32_t> devices;  // empty: a CPU collective; else every rank's GPU (keys the NCCL communicator)
   std::string error;
 };
 

@@ -21,6 +21,10 @@ Status Runtime::Init(int64_t comm_f) {
   TFR_RETURN_IF_ERROR(CreateMpiBackend(comm_f, settings_.mpi_max_count, &backend));
   backend_ = std::move(backend);
   topology_ = backend_->topology();
+#ifdef TFRING_HAVE_NCCL
+  TFR_RETURN_IF_ERROR(CreateNcclBackend(backend_->transport(), topology_.rank, topology_.size,
+                                        settings_.gpu_timeout_seconds, &gpu_backend_));
+#endif
   SetLogRank(topology_.rank);
   queue_.reset(new TensorQueue());
   ControllerOptions options;
@@ -52,6 +56,8 @@ void Runtime::Shutdown() {
   shutdown_requested_ = true;
   queue_->Wake();
   if (thread_.joinable()) thread_.join();
+  if (gpu_backend_) gpu_backend_->Finalize();
+  gpu_backend_.reset();
   backend_->Finalize();
   timeline_.Stop();
   controller_.reset();
@@ -87,6 +93,14 @@ void Runtime::Enqueue(std::vector<TensorEntry> entries) {
   if (s.ok() && timeline_.enabled())
     for (const auto& e : entries) timeline_.NegotiateStart(e.request.name, OpTypeName(e.request.op));
   for (const auto& e : entries) TFR_LOG(TFR_TRACE, "enqueue " << e.request.name);
+  for (auto& e : entries) {
+    if (!s.ok() || e.request.device < 0) continue;
+    if (!gpu_backend_)
+      s = Status::PreconditionError("tfring: tensor '" + e.request.name + "' is on a GPU but this tfring build has "
+                                    "no GPU support (rebuild with TFRING_GPU_OPERATIONS=NCCL)");
+    else
+      s = gpu_backend_->RecordReady(&e);
+  }
   if (s.ok()) {
     s = queue_->Add(entries);  // moves the entries in, or leaves them here if it refuses the batch
     if (s.ok()) {
@@ -130,7 +144,9 @@ void Runtime::Perform(const Response& response) {
   for (size_t i = 0; i < response.names.size(); ++i)
     if (queue_->Take(response.names[i], &taken[i])) entries[i] = &taken[i];
   Status status;
-  if (response.kind == Response::ERROR) {
+  if (response.kind == Response::OK && !response.devices.empty()) {
+    if (PerformOnGpu(response, &taken, &status)) return;
+  } else if (response.kind == Response::ERROR) {
     status = Status::InvalidArgument(response.error);
   } else if (response.op == OpType::JOIN) {
     for (auto* e : entries)
@@ -144,6 +160,20 @@ void Runtime::Perform(const Response& response) {
     TFR_LOG(TFR_TRACE, "done " << response.names[i] << (entries[i] ? "" : " (no local entry)"));
   for (auto* e : entries)
     if (e) e->callback(status);
+}
+
+bool Runtime::PerformOnGpu(const Response& response, std::vector<TensorEntry>* taken, Status* status) {
+  if (!gpu_backend_) {
+    *status = Status::PreconditionError("tfring: this build has no GPU support");
+    return false;
+  }
+  for (size_t i = 0; i < taken->size(); ++i)
+    if (!(*taken)[i].callback) {  // every rank holds every GPU tensor (join is refused for GPU tensors)
+      *status = Status::Unknown("tfring: GPU tensor '" + response.names[i] + "' is missing from this rank's queue");
+      return false;
+    }
+  *status = gpu_backend_->Execute(response, taken);
+  return status->ok();
 }
 
 }  // namespace tfring

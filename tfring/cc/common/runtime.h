@@ -9,6 +9,7 @@
 #include "controller.h"
 #include "env.h"
 #include "ops/backend.h"
+#include "ops/gpu_backend.h"
 #include "tensor_queue.h"
 #include "timeline.h"
 
@@ -36,6 +37,8 @@ class Runtime {
   Runtime() = default;
   void Loop();
   void Perform(const Response& response);
+  // Hands a GPU response to the GPU backend; false (with *status set) if the callbacks are still ours to run.
+  bool PerformOnGpu(const Response& response, std::vector<TensorEntry>* taken, Status* status);
   void FailAll(const Status& status);
 
   std::mutex lifecycle_mu_;
@@ -47,6 +50,7 @@ class Runtime {
   Settings settings_;
   Topology topology_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<GpuBackend> gpu_backend_;  // NCCL builds only; touches no GPU until a GPU tensor arrives
   std::unique_ptr<TensorQueue> queue_;
   std::unique_ptr<Controller> controller_;
   std::thread thread_;

@@ -38,6 +38,10 @@ struct TensorEntry {
   int extra_output_index = -1;      // alltoall's received_splits output
   int32_t* join_result = nullptr;   // join: where to write the last rank to join
   StatusCallback callback;
+  // GPU tensors (request.device >= 0): the framework's stream that produces the input, and the event the
+  // GPU backend records on it at enqueue (its own stream waits on that event, never the host).
+  void* gpu_stream = nullptr;
+  std::shared_ptr<void> ready_event;
 };
 
 }  // namespace tfring

@@ -1,5 +1,10 @@
 #include "adapter.h"
 
+#ifdef TFRING_HAVE_NCCL
+#include "xla/stream_executor/stream.h"
+#include "xla/stream_executor/stream_executor.h"
+#endif
+
 #include <atomic>
 #include <mutex>
 
@@ -107,6 +112,24 @@ bool CheckRuntime(tfw::OpKernelContext* ctx, int process_set_id) {
   return true;
 }
 
+bool SetGpuStream(tfw::OpKernelContext* ctx, int index, TensorEntry* entry) {
+#ifdef TFRING_HAVE_NCCL
+  // On a GPU kernel the input lives in device memory: the core needs TF's stream (to wait on, not to block)
+  // and the CUDA ordinal of the device.
+  if (ctx->op_kernel().input_memory_types()[index] != tfw::DEVICE_MEMORY) return true;
+  tfw::DeviceContext* dc = ctx->op_device_context();
+  stream_executor::Stream* stream = dc ? dc->stream() : nullptr;
+  if (stream == nullptr) return true;  // not a GPU device after all (CPU device memory)
+  entry->gpu_stream = stream->platform_specific_handle().stream;
+  entry->request.device = stream->parent()->device_ordinal();
+  if (entry->gpu_stream == nullptr || entry->request.device < 0) {
+    ctx->SetStatus(tfw::errors::Internal("tfring: cannot get the CUDA stream of ", ctx->device()->name()));
+    return false;
+  }
+#endif
+  return true;
+}
+
 bool MakeEntry(tfw::OpKernelContext* ctx, int index, const std::string& name, OpType op, bool same_shape,
                TensorEntry* entry) {
   const tfw::Tensor& input = ctx->input(index);
@@ -119,6 +142,7 @@ bool MakeEntry(tfw::OpKernelContext* ctx, int index, const std::string& name, Op
     return false;
   }
   for (int i = 0; i < input.dims(); ++i) r.shape.push_back(input.dim_size(i));
+  if (!SetGpuStream(ctx, index, entry)) return false;
   entry->input = std::make_shared<TFTensor>(input);
   entry->context = std::make_shared<TFOpContext>(ctx);
   entry->output_index = index;

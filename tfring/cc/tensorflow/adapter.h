@@ -51,6 +51,9 @@ class Completion {
 // Common attrs (process_set_id) and runtime checks; fails the op through ctx and returns false.
 bool CheckRuntime(tfw::OpKernelContext* ctx, int process_set_id);
 
+// GPU kernels (NCCL builds): records the input's device and TF's stream in the entry. Fails the op if needed.
+bool SetGpuStream(tfw::OpKernelContext* ctx, int index, TensorEntry* entry);
+
 // Request + entry for input `index` of the op, with output `index` preallocated when `same_shape`.
 bool MakeEntry(tfw::OpKernelContext* ctx, int index, const std::string& name, OpType op, bool same_shape,
                TensorEntry* entry);

@@ -34,6 +34,10 @@ class AllgatherOp : public tfw::AsyncOpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("HorovodAllgather").Device(tfw::DEVICE_CPU), AllgatherOp);
 REGISTER_KERNEL_BUILDER(Name("HorovodGroupedAllgather").Device(tfw::DEVICE_CPU), AllgatherOp);
+#ifdef TFRING_HAVE_NCCL  // GPU tensors stay on the GPU: NCCL on the device, TF's stream never blocked
+REGISTER_KERNEL_BUILDER(Name("HorovodAllgather").Device(tfw::DEVICE_GPU), AllgatherOp);
+REGISTER_KERNEL_BUILDER(Name("HorovodGroupedAllgather").Device(tfw::DEVICE_GPU), AllgatherOp);
+#endif
 
 }  // namespace tf
 }  // namespace tfring

@@ -46,6 +46,10 @@ class AllreduceOp : public tfw::AsyncOpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("HorovodAllreduce").Device(tfw::DEVICE_CPU), AllreduceOp);
 REGISTER_KERNEL_BUILDER(Name("HorovodGroupedAllreduce").Device(tfw::DEVICE_CPU), AllreduceOp);
+#ifdef TFRING_HAVE_NCCL  // GPU tensors stay on the GPU: NCCL on the device, TF's stream never blocked
+REGISTER_KERNEL_BUILDER(Name("HorovodAllreduce").Device(tfw::DEVICE_GPU), AllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("HorovodGroupedAllreduce").Device(tfw::DEVICE_GPU), AllreduceOp);
+#endif
 
 }  // namespace tf
 }  // namespace tfring

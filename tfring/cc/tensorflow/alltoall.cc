@@ -36,6 +36,11 @@ class AlltoallOp : public tfw::AsyncOpKernel {
 };
 
 REGISTER_KERNEL_BUILDER(Name("HorovodAlltoall").Device(tfw::DEVICE_CPU), AlltoallOp);
+#ifdef TFRING_HAVE_NCCL  // GPU tensors stay on the GPU: NCCL on the device, TF's stream never blocked
+REGISTER_KERNEL_BUILDER(
+    Name("HorovodAlltoall").Device(tfw::DEVICE_GPU).HostMemory("splits").HostMemory("received_splits"),
+    AlltoallOp);
+#endif
 
 }  // namespace tf
 }  // namespace tfring

@@ -30,6 +30,9 @@ class BroadcastOp : public tfw::AsyncOpKernel {
 };
 
 REGISTER_KERNEL_BUILDER(Name("HorovodBroadcast").Device(tfw::DEVICE_CPU), BroadcastOp);
+#ifdef TFRING_HAVE_NCCL  // GPU tensors stay on the GPU: NCCL on the device, TF's stream never blocked
+REGISTER_KERNEL_BUILDER(Name("HorovodBroadcast").Device(tfw::DEVICE_GPU), BroadcastOp);
+#endif
 
 }  // namespace tf
 }  // namespace tfring

@@ -45,6 +45,10 @@ class ReducescatterOp : public tfw::AsyncOpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("HorovodReducescatter").Device(tfw::DEVICE_CPU), ReducescatterOp);
 REGISTER_KERNEL_BUILDER(Name("HorovodGroupedReducescatter").Device(tfw::DEVICE_CPU), ReducescatterOp);
+#ifdef TFRING_HAVE_NCCL  // GPU tensors stay on the GPU: NCCL on the device, TF's stream never blocked
+REGISTER_KERNEL_BUILDER(Name("HorovodReducescatter").Device(tfw::DEVICE_GPU), ReducescatterOp);
+REGISTER_KERNEL_BUILDER(Name("HorovodGroupedReducescatter").Device(tfw::DEVICE_GPU), ReducescatterOp);
+#endif
 
 }  // namespace tf
 }  // namespace tfring

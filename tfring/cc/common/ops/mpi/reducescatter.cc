@@ -1,5 +1,6 @@
 #include <vector>
 
+#include "../layout.h"
 #include "../scale.h"
 #include "collectives.h"
 
@@ -10,13 +11,12 @@ Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entri
   const int n = ctx.size;
   const int64_t dim0 = r.shape[0];
   const int64_t row_elems = NumElements(r.shape) / (dim0 ? dim0 : 1);
-  // Rows split as evenly as possible; the first dim0 % n ranks get one extra row (Horovod's layout).
+  const std::vector<int64_t> rows = EvenRowCounts(dim0, n);
   std::vector<int> counts(n);
   for (int i = 0; i < n; ++i)
-    TFR_RETURN_IF_ERROR(ToIntCount(ctx, (dim0 / n + (i < dim0 % n ? 1 : 0)) * row_elems, "reducescatter count",
-                                   &counts[i]));
+    TFR_RETURN_IF_ERROR(ToIntCount(ctx, rows[i] * row_elems, "reducescatter count", &counts[i]));
   Shape out_shape = r.shape;
-  out_shape[0] = dim0 / n + (ctx.rank < dim0 % n ? 1 : 0);
+  out_shape[0] = rows[ctx.rank];
   TFR_RETURN_IF_ERROR(e->context->AllocateOutput(e->output_index, out_shape, &e->output));
   const int64_t total = NumElements(r.shape), esize = DataTypeSize(r.dtype);
   if (total == 0) return Status::OK();

@@ -1,0 +1,76 @@
+"""The GPU path (NCCL + CUDA kernels) compiles with nvcc and loads; no GPU is available to this project, so
+nothing here runs a collective on a GPU. Skipped where nvcc or NCCL's headers are missing."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, rank_env, run_ranks
+
+CHECK = r"""
+import tfring as hvd, tensorflow as tf
+from tensorflow.python.framework import kernels
+hvd.init()
+assert hvd.nccl_built() and hvd.cuda_built()
+for op in ["HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather", "HorovodBroadcast",
+           "HorovodAlltoall", "HorovodReducescatter"]:
+    devices = {k.device_type for k in kernels.get_registered_kernels_for_op(op).kernel}
+    assert devices == {"CPU", "GPU"}, (op, devices)
+alltoall_gpu = [k for k in kernels.get_registered_kernels_for_op("HorovodAlltoall").kernel if k.device_type == "GPU"]
+assert set(alltoall_gpu[0].host_memory_arg) == {"splits", "received_splits"}, alltoall_gpu[0]
+# CPU tensors in a GPU build still take the MPI path, on every rank.
+out = hvd.allreduce(tf.constant([1.0, 2.0]) * (hvd.rank() + 1), op=hvd.Sum).numpy()
+n = hvd.size()
+assert list(out) == [n * (n + 1) / 2, n * (n + 1)], out
+print("GPU-BUILD-OK rank", hvd.rank())
+"""
+
+
+def _nccl_available():
+    if os.environ.get("NCCL_HOME"):
+        return True
+    from importlib import metadata
+    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
+        try:
+            metadata.distribution(dist)
+            return True
+        except metadata.PackageNotFoundError:
+            pass
+    return False
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None or not _nccl_available(),
+                    reason="needs nvcc and NCCL headers (pip install nvidia-nccl-cu12)")
+def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
+    env = dict(os.environ, TFRING_GPU_OPERATIONS="NCCL", TF_CPP_MIN_LOG_LEVEL="2")
+    build = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
+                            "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=1200)
+    assert build.returncode == 0, build.stdout[-5000:]
+    assert "nvcc" in build.stdout and "gpu_kernels.cu" in build.stdout
+    # A package tree whose library is the GPU build: the Python sources of the tree under test plus that .so.
+    import tfring
+    pkg = tmp_path / "pkg" / "tfring"
+    shutil.copytree(os.path.dirname(tfring.__file__), str(pkg),
+                    ignore=shutil.ignore_patterns("_tfring*.so", "build_info.json", "__pycache__"))
+    for f in glob.glob(str(tmp_path / "lib" / "tfring" / "*")):
+        shutil.copy(f, str(pkg))
+    script = tmp_path / "check.py"
+    script.write_text(CHECK)
+    env = rank_env()
+    env["PYTHONPATH"] = str(tmp_path / "pkg")
+    proc = run_ranks(2, [str(script)], timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert proc.stdout.count("GPU-BUILD-OK") == 2, proc.stdout[-5000:]
+
+
+def test_unknown_gpu_operations_value_is_refused(tmp_path):
+    env = dict(os.environ, TFRING_GPU_OPERATIONS="ROCM", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
+                           "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "TFRING_GPU_OPERATIONS='ROCM'" in proc.stdout and "NCCL" in proc.stdout

@@ -1,0 +1,67 @@
+// NCCL state of one process: a communicator, stream and device fusion buffer per device set (the GPU of
+// every rank). Compiled only in NCCL builds; all calls happen on the runtime's background thread.
+#pragma once
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../../status.h"
+#include "../../tensor.h"
+#include "../../transport.h"
+#include "../../types.h"
+
+#define TFR_CHECK_CUDA(expr)                                                                          \
+  do {                                                                                               \
+    cudaError_t tfr_err_ = (expr);                                                                   \
+    if (tfr_err_ != cudaSuccess)                                                                     \
+      return ::tfring::Status::Unknown(std::string("tfring: CUDA error in " #expr ": ") +          \
+                                       cudaGetErrorString(tfr_err_));                                \
+  } while (0)
+
+#define TFR_CHECK_NCCL(expr)                                                                          \
+  do {                                                                                               \
+    ncclResult_t tfr_res_ = (expr);                                                                  \
+    if (tfr_res_ != ncclSuccess)                                                                     \
+      return ::tfring::Status::Unknown(std::string("tfring: NCCL error in " #expr ": ") +          \
+                                       ncclGetErrorString(tfr_res_));                                \
+  } while (0)
+
+namespace tfring {
+
+struct NcclComm {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int device = -1;
+  int rank = 0, size = 1;
+  void* fusion = nullptr;
+  size_t fusion_bytes = 0;
+  // A device buffer of at least `bytes` (grown on demand; the old one is freed once the stream is idle).
+  Status FusionBuffer(size_t bytes, void** out);
+};
+
+class NcclContext {
+ public:
+  NcclContext(Transport& transport, int rank, int size) : transport_(transport), rank_(rank), size_(size) {}
+  ~NcclContext() { Destroy(); }
+  // The communicator for this device set, created collectively on first use (rank 0's unique id is broadcast
+  // over the negotiation transport; every rank reaches this call at the same response).
+  Status Get(const std::vector<int32_t>& devices, NcclComm** out);
+  // Unblocks and tears down every communicator (deadline passed); safe from another thread.
+  void Abort();
+  void Destroy();
+
+ private:
+  Transport& transport_;
+  int rank_, size_;
+  std::map<std::vector<int32_t>, std::unique_ptr<NcclComm>> comms_;
+};
+
+// dtype/op mapping (reductions); data movement uses ncclUint8 over bytes.
+Status NcclType(DataType dtype, ncclDataType_t* out);
+ncclRedOp_t NcclOp(ReduceOp op);  // AVERAGE reduces as a sum, divided afterwards
+
+}  // namespace tfring
