@@ -6,7 +6,7 @@ import subprocess
 from conftest import ROOT
 
 CORE = ["types", "message", "env", "logging", "tensor_queue", "response_cache", "coordinator", "controller",
-        "fusion", "timeline", "completion_queue"]
+        "fusion", "timeline", "completion_queue", "autotune"]
 
 
 def test_core_unit_tests(tmp_path):

@@ -70,8 +70,12 @@ def test_flags_and_config_file_map_onto_the_knob_table(tmp_path):
 def test_unknown_unbuilt_and_gloo_flags_are_clear_errors():
     proc = tfringrun(["--no-such-flag", "-np", "2", "python", "x.py"])
     assert proc.returncode == 2 and "unrecognized arguments: --no-such-flag" in proc.stdout
-    proc = tfringrun(["-np", "2", "--autotune", "python", "x.py"])
-    assert proc.returncode != 0 and "--autotune: autotune is not built in tfring yet" in proc.stdout
+    proc = tfringrun(["-np", "2", "--autotune", "--autotune-bayes-opt-max-samples", "5", "python", "x.py"])
+    assert proc.returncode != 0 and "--autotune-bayes-opt-max-samples: Bayesian-optimisation autotune is not built" \
+        in proc.stdout
+    assert knob_env(build_parser().parse_args(["--autotune", "--autotune-log-file", "t.csv",
+                                               "--autotune-sample-seconds", "0.2", "x"])) == {
+        "TFRING_AUTOTUNE": "1", "TFRING_AUTOTUNE_LOG": "t.csv", "TFRING_AUTOTUNE_SAMPLE_SECONDS": "0.2"}
     proc = tfringrun(["-np", "2", "--gloo", "python", "x.py"])
     assert proc.returncode != 0 and "--gloo is not supported" in proc.stdout and "use --mpi" in proc.stdout
 

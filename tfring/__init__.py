@@ -19,7 +19,7 @@ _API = {
     "tfring.basics": ["cross_rank", "cross_size", "cuda_built", "gloo_built", "gloo_enabled", "init",
                       "is_homogeneous", "is_initialized", "knob_table", "local_rank", "local_size", "mpi_built",
                       "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size",
-                      "start_timeline", "stop_timeline"],
+                      "start_timeline", "stop_timeline", "tunables"],
     "tfring.compression": ["Compression"],
     "tfring.functions": ["allgather_object", "broadcast_object", "broadcast_variables"],
     "tfring.ops": ["Adasum", "Average", "Max", "Min", "Product", "ReduceOp", "Sum", "allgather", "allreduce",

@@ -88,6 +88,8 @@ def load():
     _c.tfring_init.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
     _c.tfring_built.argtypes = [ctypes.c_char_p]
     _c.tfring_built_tf_version.restype = ctypes.c_char_p
+    _c.tfring_fusion_threshold.restype = ctypes.c_int64
+    _c.tfring_cycle_time_ms.restype = ctypes.c_double
     _c.tfring_knob_table.restype = ctypes.c_char_p
     _c.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     return _ops, _c

@@ -100,6 +100,11 @@ def is_homogeneous():
     return bool(_query("tfring_is_homogeneous"))
 
 
+def tunables():
+    """(fusion threshold in bytes, cycle time in ms) in force on this rank now; autotune changes them."""
+    return int(_query("tfring_fusion_threshold")), float(_query("tfring_cycle_time_ms"))
+
+
 def mpi_threads_supported():
     return bool(_query("tfring_mpi_threads_supported"))
 

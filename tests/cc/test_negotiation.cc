@@ -89,8 +89,9 @@ struct Run {
 
 // Runs `cycles` negotiation cycles on n ranks; after each cycle each rank takes (executes) its entries.
 using ShutdownAt = std::function<bool(int rank, int cycle)>;
+using ControllerHook = std::function<void(int rank, int cycle, Controller& c)>;
 Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 16, StallOptions stall = {},
-              ShutdownAt shutdown = nullptr) {
+              ShutdownAt shutdown = nullptr, ControllerHook hook = nullptr) {
   Hub hub(n);
   Run run;
   run.lists.assign(n, std::vector<ResponseList>(cycles));
@@ -106,6 +107,7 @@ Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 
       Controller c(t, q, options);
       for (int cyc = 0; cyc < cycles; ++cyc) {
         submit(r, cyc, q);
+        if (hook) hook(r, cyc, c);
         ResponseList& out = run.lists[r][cyc];
         Status s = c.ComputeResponseList(shutdown && shutdown(r, cyc), &out);
         if (!s.ok()) std::fprintf(stderr, "cycle failed: %s\n", s.message().c_str());
@@ -295,4 +297,22 @@ TEST(DemotedCacheHitIsExecutedExactlyOnce) {
     for (auto& name : Names(run.lists[0][cyc])) executed += name == "h";
   }
   EXPECT_EQ(executed, 2);  // cycle 0, and once more for the second submission
+}
+
+TEST(AutotuneParametersReachEveryRankInTheSameCycle) {
+  // Steady state on the cache fast path; rank 0 proposes at cycle 3: every rank must see it at cycle 3 only.
+  Run run = RunCycles(3, 6, [](int, int, TensorQueue& q) {
+    std::vector<TensorEntry> v;
+    v.push_back(Entry("g", {4}));
+    q.Add(v);
+  }, 16, {}, nullptr, [](int rank, int cyc, Controller& c) {
+    if (rank == 0 && cyc == 3) c.ProposeParameters({2 << 20, 5.0});
+  });
+  for (int r = 0; r < 3; ++r)
+    for (int cyc = 0; cyc < 6; ++cyc) {
+      const ResponseList& l = run.lists[r][cyc];
+      EXPECT_EQ(l.tuned_fusion_threshold, cyc == 3 ? (2 << 20) : -1);
+      EXPECT_EQ(l.tuned_cycle_time_ms, cyc == 3 ? 5.0 : -1);
+      EXPECT_EQ(l.responses.size(), 1u);  // the collective itself still runs every cycle
+    }
 }

@@ -11,17 +11,30 @@ KNOB_FLAGS = {
     "timeline_mark_cycles": ("TFRING_TIMELINE_MARK_CYCLES", lambda v: "1" if v else "0"),
     "stall_check_warning_time_seconds": ("TFRING_STALL_CHECK_TIME_SECONDS", str),
     "stall_check_shutdown_time_seconds": ("TFRING_STALL_SHUTDOWN_TIME_SECONDS", str),
+    "autotune": ("TFRING_AUTOTUNE", lambda v: "1" if v else "0"),
+    "autotune_log_file": ("TFRING_AUTOTUNE_LOG", str),
+    "autotune_warmup_samples": ("TFRING_AUTOTUNE_WARMUP_SAMPLES", str),
+    "autotune_sample_seconds": ("TFRING_AUTOTUNE_SAMPLE_SECONDS", str),
+    "autotune_samples_per_candidate": ("TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", str),
 }
 # Flags of features tfring does not have yet: refusing is better than silently ignoring them.
 NOT_BUILT = {
-    "hierarchical_allreduce": "hierarchical allreduce", "autotune": "autotune", "autotune_log_file": "autotune",
-    "start_timeout": "a start-up timeout",
+    "hierarchical_allreduce": "hierarchical allreduce", "start_timeout": "a start-up timeout",
+    # horovodrun's Bayesian-optimisation knobs: tfring's autotune is a coordinate search without them.
+    "autotune_bayes_opt_max_samples": "Bayesian-optimisation autotune",
+    "autotune_steps_per_sample": "step-counted autotune samples (use --autotune-sample-seconds)",
+    "autotune_gaussian_process_noise": "Bayesian-optimisation autotune",
 }
 # horovodrun's YAML config layout: section -> {key: dest}
 CONFIG_KEYS = {
     "params": {"fusion_threshold_mb": "fusion_threshold_mb", "cycle_time_ms": "cycle_time_ms",
                "cache_capacity": "cache_capacity", "hierarchical_allreduce": "hierarchical_allreduce"},
-    "autotune": {"enabled": "autotune", "log_file": "autotune_log_file"},
+    "autotune": {"enabled": "autotune", "log_file": "autotune_log_file",
+                 "warmup_samples": "autotune_warmup_samples", "sample_seconds": "autotune_sample_seconds",
+                 "samples_per_candidate": "autotune_samples_per_candidate",
+                 "steps_per_sample": "autotune_steps_per_sample",
+                 "bayes_opt_max_samples": "autotune_bayes_opt_max_samples",
+                 "gaussian_process_noise": "autotune_gaussian_process_noise"},
     "timeline": {"filename": "timeline_filename", "mark_cycles": "timeline_mark_cycles"},
     "stall_check": {"enabled": "stall_check_enabled", "warning_time_seconds": "stall_check_warning_time_seconds",
                     "shutdown_time_seconds": "stall_check_shutdown_time_seconds"},
@@ -42,7 +55,13 @@ def build_parser():
     p.add_argument("--timeline-filename")
     p.add_argument("--timeline-mark-cycles", action="store_true", default=None)
     p.add_argument("--autotune", action="store_true", default=None)
-    p.add_argument("--autotune-log-file")
+    p.add_argument("--autotune-log-file", help="CSV of every autotune sample and decision (rank 0)")
+    p.add_argument("--autotune-warmup-samples", type=int)
+    p.add_argument("--autotune-sample-seconds", type=float, help="seconds of collective activity per sample")
+    p.add_argument("--autotune-samples-per-candidate", type=int)
+    p.add_argument("--autotune-steps-per-sample", type=int)
+    p.add_argument("--autotune-bayes-opt-max-samples", type=int)
+    p.add_argument("--autotune-gaussian-process-noise", type=float)
     p.add_argument("--stall-check-warning-time-seconds", type=float)
     p.add_argument("--stall-check-shutdown-time-seconds", type=float)
     p.add_argument("--no-stall-check", action="store_true")

@@ -56,6 +56,16 @@ int tfring_built(const char* what) {
   return 0;
 }
 
+int64_t tfring_fusion_threshold() {
+  auto& rt = tfring::Runtime::Get();
+  return rt.initialized() ? rt.tuned().fusion_threshold_bytes : -1;
+}
+
+double tfring_cycle_time_ms() {
+  auto& rt = tfring::Runtime::Get();
+  return rt.initialized() ? rt.tuned().cycle_time_ms : -1;
+}
+
 const char* tfring_built_tf_version() { return TFRING_TF_VERSION; }
 
 const char* tfring_knob_table() {

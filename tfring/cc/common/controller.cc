@@ -19,6 +19,8 @@ Controller::Controller(Transport& transport, TensorQueue& queue, ControllerOptio
 Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   out->responses.clear();
   out->stall_report.clear();
+  out->tuned_fusion_threshold = -1;
+  out->tuned_cycle_time_ms = -1;
   std::vector<Request> uncached = std::move(resend_);
   resend_.clear();
   std::set<uint32_t> invalid;
@@ -54,7 +56,7 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   if (shutdown) bits[0] &= ~kNotShutdown;
   // Rank 0 also asks for a round while its coordinator holds waiting names, so stalls get inspected.
   const bool inspect = stall_on && coordinator_ && coordinator_->pending() > 0 && now - last_full_round_ >= 0.5;
-  if (!uncached.empty() || inspect) bits[0] &= ~kNoUncached;
+  if (!uncached.empty() || inspect || has_proposal_) bits[0] &= ~kNoUncached;
   if (joined_) bits[0] &= ~kNotJoined;
   for (const auto& kv : cached_pending_)
     if (!invalid.count(kv.first)) bits[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
@@ -109,6 +111,8 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   }
   out->shutdown |= decided.shutdown;
   out->shutdown_rank = decided.shutdown_rank;
+  out->tuned_fusion_threshold = decided.tuned_fusion_threshold;
+  out->tuned_cycle_time_ms = decided.tuned_cycle_time_ms;
   return Status::OK();
 }
 
@@ -126,7 +130,13 @@ Status Controller::FullRound(std::vector<Request> uncached, bool shutdown, Respo
       TFR_RETURN_IF_ERROR(Decode(all[r], &l));
       coordinator_->Add(static_cast<int>(r), l);
     }
-    bytes = Encode(coordinator_->Build());
+    ResponseList built = coordinator_->Build();
+    if (has_proposal_) {
+      built.tuned_fusion_threshold = proposal_.fusion_threshold_bytes;
+      built.tuned_cycle_time_ms = proposal_.cycle_time_ms;
+      has_proposal_ = false;
+    }
+    bytes = Encode(built);
   }
   TFR_RETURN_IF_ERROR(transport_.BroadcastFromRoot(&bytes));
   return Decode(bytes, decided);

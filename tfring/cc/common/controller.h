@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "autotune.h"
 #include "coordinator.h"
 #include "response_cache.h"
 #include "tensor_queue.h"
@@ -26,6 +27,8 @@ class Controller {
   Status ComputeResponseList(bool shutdown, ResponseList* out);
   const ResponseCache& cache() const { return cache_; }
   uint64_t full_rounds() const { return full_rounds_; }
+  // Rank 0 (autotune): ship these parameters to every rank in the next cycle (forces a full round).
+  void ProposeParameters(const TunedParams& p) { proposal_ = p, has_proposal_ = true; }
 
  private:
   Status FullRound(std::vector<Request> uncached, bool shutdown, ResponseList* decided);
@@ -41,6 +44,8 @@ class Controller {
   std::vector<Request> resend_;                 // hits whose cache entry went away: negotiate in full
   bool joined_ = false;                         // this rank called join() and it has not completed
   uint64_t full_rounds_ = 0;
+  bool has_proposal_ = false;
+  TunedParams proposal_;
 };
 
 }  // namespace tfring

@@ -1,5 +1,6 @@
 #include "env.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 
@@ -29,6 +30,14 @@ const std::vector<Knob>& KnobTable() {
       {"TFRING_GPU_TIMEOUT_SECONDS", KnobType::DOUBLE, "600",
        "NCCL builds: seconds one GPU collective may run before its communicator is aborted and the op fails "
        "(0: no deadline)."},
+      {"TFRING_AUTOTUNE", KnobType::BOOL, "0",
+       "1: rank 0 tunes the fusion threshold and cycle time online from measured collective throughput and "
+       "ships each setting to all ranks; it ends with the best one."},
+      {"TFRING_AUTOTUNE_LOG", KnobType::STRING, "", "CSV file where rank 0 logs every autotune sample and decision."},
+      {"TFRING_AUTOTUNE_WARMUP_SAMPLES", KnobType::INT, "1", "Autotune samples discarded after each switch."},
+      {"TFRING_AUTOTUNE_SAMPLE_SECONDS", KnobType::DOUBLE, "0.5", "Seconds of collective activity per sample."},
+      {"TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", KnobType::INT, "3",
+       "Samples per candidate setting; its score is their median."},
   };
   return table;
 }
@@ -66,6 +75,12 @@ Settings Settings::FromEnvironment() {
   const std::string disable = KnobValue("TFRING_STALL_CHECK_DISABLE");
   if (disable == "1" || disable == "true" || disable == "True") s.stall_check_seconds = s.stall_shutdown_seconds = 0;
   s.mpi_max_count = std::atoll(KnobValue("TFRING_MPI_MAX_COUNT").c_str());
+  const std::string tune = KnobValue("TFRING_AUTOTUNE");
+  s.autotune = tune == "1" || tune == "true" || tune == "True";
+  s.autotune_log = KnobValue("TFRING_AUTOTUNE_LOG");
+  s.autotune_warmup_samples = std::max(0, std::atoi(KnobValue("TFRING_AUTOTUNE_WARMUP_SAMPLES").c_str()));
+  s.autotune_sample_seconds = std::max(0.01, std::atof(KnobValue("TFRING_AUTOTUNE_SAMPLE_SECONDS").c_str()));
+  s.autotune_samples_per_candidate = std::max(1, std::atoi(KnobValue("TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE").c_str()));
   s.gpu_timeout_seconds = std::atof(KnobValue("TFRING_GPU_TIMEOUT_SECONDS").c_str());
   if (s.mpi_max_count < 1 || s.mpi_max_count > 2147483647LL) s.mpi_max_count = 2147483647LL;
   if (s.fusion_threshold_bytes < 0) s.fusion_threshold_bytes = 0;

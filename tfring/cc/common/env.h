@@ -29,6 +29,11 @@ struct Settings {
   bool timeline_mark_cycles;
   int64_t mpi_max_count;          // elements per MPI call; larger collectives are chunked or refused
   double gpu_timeout_seconds;     // deadline of one GPU collective (NCCL builds)
+  bool autotune;
+  std::string autotune_log;
+  int autotune_warmup_samples;
+  double autotune_sample_seconds;
+  int autotune_samples_per_candidate;
   static Settings FromEnvironment();
 };
 

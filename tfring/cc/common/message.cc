@@ -92,6 +92,8 @@ std::string Encode(const ResponseList& list) {
   w.Put<uint8_t>(list.cacheable);
   w.PutString(list.stall_report);
   w.Put(list.shutdown_rank);
+  w.Put(list.tuned_fusion_threshold);
+  w.Put(list.tuned_cycle_time_ms);
   w.Put<uint32_t>(list.responses.size());
   for (const auto& r : list.responses) {
     w.Put(r.kind); w.Put(r.op);
@@ -111,7 +113,8 @@ Status Decode(const std::string& bytes, ResponseList* list) {
   Reader rd(bytes);
   uint8_t shutdown, cacheable; uint32_t n;
   if (!rd.Get(&shutdown) || !rd.Get(&cacheable) || !rd.GetString(&list->stall_report) ||
-      !rd.Get(&list->shutdown_rank) || !rd.Get(&n))
+      !rd.Get(&list->shutdown_rank) || !rd.Get(&list->tuned_fusion_threshold) ||
+      !rd.Get(&list->tuned_cycle_time_ms) || !rd.Get(&n))
     return Corrupt("response");
   list->shutdown = shutdown;
   list->cacheable = cacheable;

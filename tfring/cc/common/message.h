@@ -56,6 +56,10 @@ struct ResponseList {
   bool cacheable = true;  // false while any rank is joined: joined ranks hold no request to cache
   std::string stall_report;  // the stall inspector's warning, logged by every rank
   int32_t shutdown_rank = -1;  // lowest rank that asked to shut down
+  // Autotune: a new fusion threshold / cycle time decided by rank 0, applied by every rank from this cycle on
+  // (-1: unchanged). Shipped here so all ranks switch at the same cycle and fuse identically.
+  int64_t tuned_fusion_threshold = -1;
+  double tuned_cycle_time_ms = -1;
 };
 
 std::string Encode(const RequestList& list);

@@ -7,6 +7,25 @@
 
 namespace tfring {
 
+namespace {
+
+// Payload bytes of a response, the autotuner's measure of throughput (collectives fusion can speed up).
+int64_t PayloadBytes(const Response& r) {
+  if (r.kind != Response::OK) return 0;
+  int64_t n = 0;
+  if (r.op == OpType::ALLREDUCE || r.op == OpType::REDUCESCATTER)
+    for (int64_t s : r.sizes) n += s;
+  else if (r.op == OpType::BROADCAST)
+    n = NumElements(r.shape);
+  return n * DataTypeSize(r.dtype);
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
 Runtime& Runtime::Get() {
   static Runtime* runtime = new Runtime();  // never destroyed: safe to use during interpreter exit
   return *runtime;
@@ -35,10 +54,19 @@ Status Runtime::Init(int64_t comm_f) {
   backend_->SetTimeline(topology_.rank == 0 ? &timeline_ : nullptr);
   if (!settings_.timeline_path.empty()) TFR_RETURN_IF_ERROR(StartTimeline(settings_.timeline_path,
                                                                           settings_.timeline_mark_cycles));
-  options.stall.clock = [] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  };
+  options.stall.clock = Now;
   controller_.reset(new Controller(backend_->transport(), *queue_, options));
+  fusion_threshold_ = settings_.fusion_threshold_bytes;
+  cycle_time_ms_ = settings_.cycle_time_ms;
+  autotuner_.reset();
+  if (settings_.autotune && topology_.rank == 0) {
+    AutotuneOptions tune;
+    tune.log_path = settings_.autotune_log;
+    tune.warmup_samples = settings_.autotune_warmup_samples;
+    tune.sample_seconds = settings_.autotune_sample_seconds;
+    tune.samples_per_candidate = settings_.autotune_samples_per_candidate;
+    autotuner_.reset(new Autotuner({fusion_threshold_, cycle_time_ms_}, tune));
+  }
   shutdown_requested_ = false;
   shutdown_rank_ = -1;
   loop_done_ = false;
@@ -116,10 +144,10 @@ void Runtime::FailAll(const Status& status) {
   for (auto& e : queue_->DrainAll()) e.callback(status);
 }
 
+
 void Runtime::Loop() {
-  const auto cycle = std::chrono::microseconds(static_cast<int64_t>(settings_.cycle_time_ms * 1000));
   while (true) {
-    queue_->WaitForWork(cycle);
+    queue_->WaitForWork(std::chrono::microseconds(static_cast<int64_t>(cycle_time_ms_ * 1000)));
     timeline_.Cycle();
     ResponseList list;
     Status s = controller_->ComputeResponseList(shutdown_requested_, &list);
@@ -128,7 +156,21 @@ void Runtime::Loop() {
       loop_status_ = s;
       break;
     }
-    for (const Response& r : PlanFusion(std::move(list.responses), settings_.fusion_threshold_bytes)) Perform(r);
+    if (list.tuned_fusion_threshold >= 0) {  // autotune: every rank switches at this same cycle
+      fusion_threshold_ = list.tuned_fusion_threshold;
+      cycle_time_ms_ = list.tuned_cycle_time_ms;
+      TFR_LOG(TFR_DEBUG, "autotune: fusion " << fusion_threshold_ << " B, cycle " << cycle_time_ms_ << " ms");
+    }
+    int64_t bytes = 0;
+    for (const Response& r : PlanFusion(std::move(list.responses), fusion_threshold_)) {
+      bytes += PayloadBytes(r);
+      Perform(r);
+    }
+    if (autotuner_) {
+      autotuner_->Record(bytes, Now());
+      TunedParams next;
+      if (autotuner_->TakeProposal(&next)) controller_->ProposeParameters(next);
+    }
     if (list.shutdown) {
       shutdown_rank_ = list.shutdown_rank;
       break;

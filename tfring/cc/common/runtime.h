@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "autotune.h"
 #include "controller.h"
 #include "env.h"
 #include "ops/backend.h"
@@ -25,6 +26,7 @@ class Runtime {
   bool initialized() const { return running_; }
   Topology topology() const { return topology_; }
   const Settings& settings() const { return settings_; }
+  TunedParams tuned() const { return {fusion_threshold_.load(), cycle_time_ms_.load()}; }
 
   // Hands entries to the background thread; each entry's callback runs exactly once.
   void Enqueue(std::vector<TensorEntry> entries);
@@ -55,6 +57,10 @@ class Runtime {
   std::unique_ptr<Controller> controller_;
   std::thread thread_;
   Timeline timeline_;
+  // Current values of the tunable knobs (the settings' values unless autotune changed them); background thread.
+  std::atomic<int64_t> fusion_threshold_{0};
+  std::atomic<double> cycle_time_ms_{0};
+  std::unique_ptr<Autotuner> autotuner_;  // rank 0 with TFRING_AUTOTUNE=1
 };
 
 }  // namespace tfring

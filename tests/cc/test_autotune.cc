@@ -1,0 +1,67 @@
+// The autotuner against a synthetic throughput model with a fake clock: it must visit the candidates, score
+// them, end on the best setting and log every step.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "check.h"
+#include "../../tfring/cc/common/autotune.h"
+
+using namespace tfring;
+
+namespace {
+
+// Peak at 4 MiB fusion and 2 ms cycle; smooth elsewhere.
+double Rate(const TunedParams& p) {
+  const double f = std::log2(p.fusion_threshold_bytes / double(1 << 20));
+  return 1e9 / (1 + std::pow(f - 2, 2) * 0.1 + std::pow(p.cycle_time_ms - 2, 2) * 0.05);
+}
+
+}  // namespace
+
+TEST(AutotunerFindsTheBestSettingAndLogsIt) {
+  AutotuneOptions o;
+  o.sample_seconds = 0.1;
+  o.log_path = "/tmp/tfring_autotune_test.csv";
+  Autotuner t({8 << 20, 1.0}, o);
+  TunedParams in_force{8 << 20, 1.0};
+  double now = 0;
+  int proposals = 0;
+  for (int step = 0; step < 100000 && !t.done(); ++step) {
+    TunedParams p;
+    if (t.TakeProposal(&p)) in_force = p, ++proposals;
+    now += 0.01;
+    t.Record(static_cast<int64_t>(Rate(in_force) * 0.01), now);
+  }
+  TunedParams p;
+  if (t.TakeProposal(&p)) in_force = p;
+  EXPECT(t.done());
+  EXPECT_EQ(t.best().fusion_threshold_bytes, 4 << 20);
+  EXPECT_EQ(t.best().cycle_time_ms, 2.0);
+  EXPECT(in_force == t.best());  // the final proposal puts the best setting in force
+  EXPECT_EQ(proposals, 7 + 3);   // 7 thresholds, then 3 new cycle times (1 ms was measured already)
+  std::ifstream log(o.log_path);
+  std::stringstream all;
+  all << log.rdbuf();
+  const std::string text = all.str();
+  EXPECT(text.rfind("event,fusion_threshold_bytes,cycle_time_ms,bytes_per_second\n", 0) == 0);
+  EXPECT(text.find("best,4194304,2,") != std::string::npos);
+  EXPECT(text.find("warmup,") != std::string::npos && text.find("sample,") != std::string::npos);
+}
+
+TEST(AutotunerIgnoresIdleTime) {
+  AutotuneOptions o;
+  o.sample_seconds = 0.1;
+  o.warmup_samples = 0;
+  o.samples_per_candidate = 1;
+  Autotuner t({8 << 20, 1.0}, o);
+  TunedParams p;
+  EXPECT(t.TakeProposal(&p));
+  double now = 0;
+  for (int i = 0; i < 1000; ++i) t.Record(0, now += 0.01);  // a long idle stretch scores nothing
+  EXPECT(!t.TakeProposal(&p));
+  for (int i = 0; i < 12; ++i) t.Record(1000, now += 0.01);
+  EXPECT(t.TakeProposal(&p));  // one sample of activity finished the first candidate
+  EXPECT_EQ(p.fusion_threshold_bytes, 2 << 20);
+}
