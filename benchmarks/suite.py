@@ -54,6 +54,7 @@ def mwms_allreduce_fn():
 def bench_allreduce(rows):
     eager = lambda x: hvd.allreduce(x, op=hvd.Sum, name="bench")  # noqa: E731
     graph = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum, name="bench"))
+    floor = tf.function(lambda x: x * 2.0)  # TF's own cost of calling a tf.function, no collective in it
     mwms = mwms_allreduce_fn()
     for label, nbytes in SIZES:
         arr = np.ones(nbytes // 4, np.float32)
@@ -64,6 +65,8 @@ def bench_allreduce(rows):
              "tfring_eager_ms": median_ms(lambda: eager(x), n),
              "tfring_function_ms": median_ms(lambda: graph(x), n),
              "mwms_ms": median_ms(lambda: mwms(x), n)}
+        if nbytes <= (64 << 10):
+            r["tf_function_floor_ms"] = median_ms(lambda: floor(x), n)
         rows.append(r)
 
 

@@ -1,5 +1,6 @@
 #include "runtime.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "fusion.h"
@@ -19,6 +20,8 @@ int64_t PayloadBytes(const Response& r) {
     n = NumElements(r.shape);
   return n * DataTypeSize(r.dtype);
 }
+
+constexpr std::chrono::microseconds kIdleWait(100000);
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -147,7 +150,11 @@ void Runtime::FailAll(const Status& status) {
 
 void Runtime::Loop() {
   while (true) {
-    queue_->WaitForWork(std::chrono::microseconds(static_cast<int64_t>(cycle_time_ms_ * 1000)));
+    // A rank with nothing outstanding does not negotiate every cycle: it waits for work (or the idle wait, so
+    // shutdown, stall reports and joined peers still progress). Every cycle is a collective, and a peer that
+    // is busy computing would otherwise have its core taken by two background threads spinning in MPI.
+    const auto cycle = std::chrono::microseconds(static_cast<int64_t>(cycle_time_ms_ * 1000));
+    queue_->WaitForWork(cycle, std::max(cycle, kIdleWait));
     timeline_.Cycle();
     ResponseList list;
     Status s = controller_->ComputeResponseList(shutdown_requested_, &list);

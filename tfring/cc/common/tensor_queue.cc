@@ -47,9 +47,9 @@ const Request* TensorQueue::Find(const std::string& name) {
   return it == entries_.end() ? nullptr : &it->second.request;
 }
 
-bool TensorQueue::WaitForWork(std::chrono::microseconds timeout) {
+bool TensorQueue::WaitForWork(std::chrono::microseconds cycle, std::chrono::microseconds idle) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [this] { return !new_requests_.empty() || woken_; });
+  cv_.wait_for(lock, entries_.empty() ? idle : cycle, [this] { return !new_requests_.empty() || woken_; });
   woken_ = false;
   return !new_requests_.empty();
 }

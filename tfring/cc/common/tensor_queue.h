@@ -21,8 +21,9 @@ class TensorQueue {
   std::vector<Request> PopNewRequests();
   bool Take(const std::string& name, TensorEntry* out);
   const Request* Find(const std::string& name);  // only from the background thread
-  // Wait until new requests arrive or the timeout passes; returns true if work is pending.
-  bool WaitForWork(std::chrono::microseconds timeout);
+  // Wait until new requests arrive or the timeout passes: `cycle` while entries are outstanding, `idle` when
+  // this rank has none. Returns true if new requests are pending.
+  bool WaitForWork(std::chrono::microseconds cycle, std::chrono::microseconds idle);
   void Wake();
   // Remove every entry (shutdown); the caller fails them.
   std::vector<TensorEntry> DrainAll();
