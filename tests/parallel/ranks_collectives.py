@@ -60,6 +60,22 @@ def test_grouped_allreduce_mixed_dtypes():
     np.testing.assert_allclose(a.numpy(), expected_reduce(hvd.Average, (3,), tf.float32))
 
 
+@pytest.mark.parametrize("op", [hvd.Average, hvd.Sum, hvd.Max])
+def test_grouped_allreduce_large_and_small_members_with_scales(op):
+    # Members >= 1 MiB are reduced input -> output directly, smaller ones through the fusion buffer.
+    shapes = [(300, 1000), (7,), (1 << 18,), (3, 3)]
+    xs = [tensor(R, s, tf.float32) for s in shapes]
+
+    @tf.function
+    def f(*ts):
+        return hvd.grouped_allreduce(list(ts), op=op, prescale_factor=0.5, postscale_factor=4.0)
+    for _ in range(2):
+        outs = f(*xs)
+        for s, out in zip(shapes, outs):
+            np.testing.assert_allclose(out.numpy(), 2.0 * expected_reduce(op, s, tf.float32), rtol=1e-6)
+        assert np.array_equal(xs[0].numpy(), tensor(R, shapes[0], tf.float32).numpy())  # input untouched
+
+
 @pytest.mark.parametrize("dtype", ANY, ids=lambda d: d.name)
 def test_allgather_different_first_dims(dtype):
     for trailing in [(), (2,), (0, 3)]:

@@ -49,6 +49,17 @@ def test_custom_loop_with_join_averages_over_active_ranks():
     assert hvd.join() == N - 1
 
 
+def test_joined_ranks_contribute_zeros_to_large_and_small_tensors():
+    # Rank r takes 1 + r steps; tensors >= 1 MiB take the direct path, small ones the fusion buffer.
+    for step in range(1 + R):
+        xs = [tf.fill([300000], float(R + 1)), tf.fill([5], float(R + 1))]
+        outs = hvd.grouped_allreduce(xs, op=hvd.Average, name="join_mix")
+        active = [r + 1 for r in range(N) if r >= step]
+        for out in outs:
+            np.testing.assert_allclose(out.numpy(), np.mean(active))
+    assert hvd.join() == N - 1
+
+
 def test_shutdown_fails_pending_ops_instead_of_hanging():
     errors = []
     if R == 0:

@@ -17,7 +17,13 @@ class BroadcastOp : public tfw::AsyncOpKernel {
   void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
     if (!CheckRuntime(ctx, process_set_id_)) return done();
     std::vector<TensorEntry> entries(1);
-    if (!MakeEntry(ctx, 0, name_, OpType::BROADCAST, /*same_shape=*/true, &entries[0])) return done();
+    // The root only sends, so its output can share the input's buffer: no copy (TF tensors are immutable).
+    const bool root = root_rank_ == Runtime::Get().topology().rank;
+    if (!MakeEntry(ctx, 0, name_, OpType::BROADCAST, /*same_shape=*/!root, &entries[0])) return done();
+    if (root) {
+      ctx->set_output(0, ctx->input(0));
+      entries[0].output = entries[0].input;
+    }
     entries[0].request.root_rank = root_rank_;
     entries[0].callback = Completion::Make(ctx, std::move(done), 1);
     Runtime::Get().Enqueue(std::move(entries));

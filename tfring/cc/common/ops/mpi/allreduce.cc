@@ -8,15 +8,45 @@
 namespace tfring {
 namespace {
 
-// MPI counts are int: reduce in chunks so tensors over 2^31 elements stay correct.
-Status ReduceInPlace(MpiContext& ctx, const Response& r, char* buf, int64_t total) {
+// Tensors at least this big are reduced straight from their input into their output (MPI reads one buffer
+// and writes the other): the fusion copies would cost more than the extra MPI call saves.
+constexpr int64_t kDirectBytes = 1 << 20;
+
+// MPI counts are int: reduce in chunks so tensors over 2^31 elements stay correct. in == out means in place.
+Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int64_t total) {
   TimelineActivity mpi(ctx.timeline, r.names, "MPI_ALLREDUCE");
   const int64_t esize = DataTypeSize(r.dtype), chunk = ctx.max_count;
   for (int64_t off = 0; off < total; off += chunk) {
     const int n = static_cast<int>(std::min(chunk, total - off));
-    TFR_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf + off * esize, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype),
+    const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + off * esize);
+    TFR_CHECK_MPI(MPI_Allreduce(send, out + off * esize, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype),
                                 ctx.comm));
   }
+  return Status::OK();
+}
+
+void Finish(MpiContext& ctx, const Response& r, void* buf, int64_t count) {
+  ScaleBuffer(buf, count, r.dtype, r.postscale);
+  if (r.reduce_op == ReduceOp::AVERAGE) DivideBuffer(buf, count, r.dtype, ctx.size - r.joined);
+}
+
+// One tensor reduced in its own output; a joined rank (no entry) contributes zeros from the fusion buffer.
+Status ReduceDirect(MpiContext& ctx, const Response& r, TensorEntry* e, int64_t count) {
+  const int64_t bytes = count * DataTypeSize(r.dtype);
+  if (e == nullptr) {
+    if (static_cast<int64_t>(ctx.fusion_buffer.size()) < bytes) ctx.fusion_buffer.resize(bytes);
+    std::memset(ctx.fusion_buffer.data(), 0, bytes);
+    return Reduce(ctx, r, ctx.fusion_buffer.data(), ctx.fusion_buffer.data(), count);
+  }
+  char* out = static_cast<char*>(e->output->data());
+  const char* in = static_cast<const char*>(e->input->data());
+  if (r.prescale != 1.0) {  // scaling must not touch the input: scale a copy in the output, reduce in place
+    if (in != out) std::memcpy(out, in, bytes);
+    ScaleBuffer(out, count, r.dtype, r.prescale);
+    in = out;
+  }
+  TFR_RETURN_IF_ERROR(Reduce(ctx, r, in, out, count));
+  Finish(ctx, r, out, count);
   return Status::OK();
 }
 
@@ -24,39 +54,38 @@ Status ReduceInPlace(MpiContext& ctx, const Response& r, char* buf, int64_t tota
 
 Status MpiAllreduce(MpiContext& ctx, const Response& r, const Entries& entries) {
   const int64_t esize = DataTypeSize(r.dtype);
+  // Which tensors go direct is decided from the negotiated sizes only, so every rank makes the same MPI calls.
+  std::vector<size_t> fused;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries.size() == 1 || r.sizes[i] * esize >= kDirectBytes)
+      TFR_RETURN_IF_ERROR(ReduceDirect(ctx, r, entries[i], r.sizes[i]));
+    else
+      fused.push_back(i);
+  }
+  if (fused.empty()) return Status::OK();
   int64_t total = 0;
-  for (int64_t n : r.sizes) total += n;
-  char* buf;
-  const bool single = entries.size() == 1 && entries[0] != nullptr;
-  if (single) {
-    // Reduce straight in the output tensor; no fusion copy for a lone tensor.
-    TensorEntry* e = entries[0];
-    buf = static_cast<char*>(e->output->data());
-    if (e->input->data() != buf) std::memcpy(buf, e->input->data(), total * esize);
-  } else {
+  for (size_t i : fused) total += r.sizes[i];
+  {
     TimelineActivity copy_in(ctx.timeline, r.names, "MEMCPY_IN_FUSION_BUFFER");
     if (static_cast<int64_t>(ctx.fusion_buffer.size()) < total * esize) ctx.fusion_buffer.resize(total * esize);
-    buf = ctx.fusion_buffer.data();
     int64_t off = 0;
-    for (size_t i = 0; i < entries.size(); ++i) {
+    for (size_t i : fused) {
       const int64_t bytes = r.sizes[i] * esize;
-      if (entries[i]) std::memcpy(buf + off, entries[i]->input->data(), bytes);
-      else std::memset(buf + off, 0, bytes);  // a joined rank contributes zeros
+      if (entries[i]) std::memcpy(ctx.fusion_buffer.data() + off, entries[i]->input->data(), bytes);
+      else std::memset(ctx.fusion_buffer.data() + off, 0, bytes);  // a joined rank contributes zeros
       off += bytes;
     }
   }
+  char* buf = ctx.fusion_buffer.data();
   ScaleBuffer(buf, total, r.dtype, r.prescale);
-  TFR_RETURN_IF_ERROR(ReduceInPlace(ctx, r, buf, total));
-  ScaleBuffer(buf, total, r.dtype, r.postscale);
-  if (r.reduce_op == ReduceOp::AVERAGE) DivideBuffer(buf, total, r.dtype, ctx.size - r.joined);
-  if (!single) {
-    TimelineActivity copy_out(ctx.timeline, r.names, "MEMCPY_OUT_FUSION_BUFFER");
-    int64_t off = 0;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const int64_t bytes = r.sizes[i] * esize;
-      if (entries[i]) std::memcpy(entries[i]->output->data(), buf + off, bytes);
-      off += bytes;
-    }
+  TFR_RETURN_IF_ERROR(Reduce(ctx, r, buf, buf, total));
+  Finish(ctx, r, buf, total);
+  TimelineActivity copy_out(ctx.timeline, r.names, "MEMCPY_OUT_FUSION_BUFFER");
+  int64_t off = 0;
+  for (size_t i : fused) {
+    const int64_t bytes = r.sizes[i] * esize;
+    if (entries[i]) std::memcpy(entries[i]->output->data(), buf + off, bytes);
+    off += bytes;
   }
   return Status::OK();
 }
