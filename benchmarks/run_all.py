@@ -45,7 +45,8 @@ def median_rows(runs):
 
 
 COLS = [("raw_ms", "raw mpi4py"), ("tfring_eager_ms", "tfring eager"), ("tfring_function_ms", "tfring tf.function"),
-        ("tfring_tape_ms", "tfring tape"), ("mwms_ms", "MWMS"), ("tf_function_floor_ms", "empty tf.function")]
+        ("tfring_tape_ms", "tfring tape"), ("mwms_ms", "MWMS"), ("tf_function_floor_ms", "empty tf.function"),
+        ("tf_new_tensor_ms", "TF op x*1.0")]
 
 
 def suite_table(rows):
@@ -83,53 +84,83 @@ def plot(rows, np_, path):
     fig.savefig(path, dpi=110)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--skip-autotune", action="store_true")
-    args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    suites, scaling = [], []
-    for i in range(args.runs):
-        path = os.path.join(args.out, "suite_run%d.json" % (i + 1))
+def run_suite(runs, out, summary):
+    suites = []
+    for i in range(runs):
+        path = os.path.join(out, "suite_run%d.json" % (i + 1))
         job(2, "suite.py", "--out", path)
         suites.append(json.load(open(path))["rows"])
+    rows = median_rows(suites)
+    summary["suite"] = rows
+    plot(rows, 2, os.path.join(out, "bus_bandwidth.png"))
+    return ["## Side by side, np=2, medians of %d runs\n" % runs, suite_table(rows), ""]
+
+
+def run_scaling(runs, summary):
+    scaling = []
+    for _ in range(runs):
         one = json_line(job(1, "keras_scaling.py"), "img_per_sec_total")["img_per_sec_total"]
         pinned = json_line(job(1, "keras_scaling.py", "--one-core"), "img_per_sec_total")["img_per_sec_total"]
         two = json_line(job(2, "keras_scaling.py"), "img_per_sec_total")["img_per_sec_total"]
         scaling.append({"np1_img_s": one, "np1_one_core_img_s": pinned, "np2_img_s": two,
                         "efficiency": two / (2 * one), "efficiency_vs_one_core": two / (2 * pinned)})
-    rows = median_rows(suites)
     med = {k: statistics.median(s[k] for s in scaling) for k in ("efficiency", "efficiency_vs_one_core")}
-    summary = {"np": 2, "runs": args.runs, "suite": rows, "keras_scaling": scaling, "keras_scaling_median": med}
-    md = ["## Side by side, np=2, medians of %d runs\n" % args.runs, suite_table(rows), "",
-          "## Keras fit scaling (img/s, one intra-op thread per process)\n",
+    summary.update(keras_scaling=scaling, keras_scaling_median=med)
+    md = ["## Keras fit scaling (img/s, one intra-op thread per process)\n",
           "| run | np=1 | np=1 on one core | np=2 | efficiency | vs one-core np=1 |", "|" + " --- |" * 6]
     md += ["| %d | %.0f | %.0f | %.0f | %.0f %% | %.0f %% |" % (
         i + 1, s["np1_img_s"], s["np1_one_core_img_s"], s["np2_img_s"], 100 * s["efficiency"],
         100 * s["efficiency_vs_one_core"]) for i, s in enumerate(scaling)]
-    md.append("\nmedian efficiency: %.0f %% (vs one-core np=1: %.0f %%)" % (
+    md.append("\nmedian efficiency: %.0f %% (vs one-core np=1: %.0f %%)\n" % (
         100 * med["efficiency"], 100 * med["efficiency_vs_one_core"]))
-    if not args.skip_autotune:
-        hand = [json_line(job(2, "autotune_bench.py", env={"TFRING_FUSION_THRESHOLD": str(mib << 20)}), "step_ms")
-                for mib in HAND_PICKED_MIB]
-        tuned = json_line(job(2, "autotune_bench.py", env={
-            "TFRING_AUTOTUNE": "1", "TFRING_AUTOTUNE_LOG": os.path.join(args.out, "autotune_log.csv")}), "step_ms")
-        best = min(hand, key=lambda h: h["step_ms"])
-        summary["autotune"] = {"hand_picked": hand, "tuned": tuned, "tuned_over_best": tuned["step_ms"] / best["step_ms"]}
-        md += ["\n## Autotune vs hand-picked (ResNet-50 gradient set, grouped allreduce, np=2)\n",
-               "| setting | fusion MiB | cycle ms | step ms |", "| --- | --- | --- | --- |"]
-        md += ["| hand-picked | %g | %g | %.1f |" % (h["fusion_threshold_bytes"] / 2**20, h["cycle_time_ms"], h["step_ms"])
-               for h in hand]
-        md.append("| autotuned (after %.0f s of tuning) | %g | %g | %.1f |" % (
-            tuned["tuning_seconds"], tuned["fusion_threshold_bytes"] / 2**20, tuned["cycle_time_ms"], tuned["step_ms"]))
-        md.append("\nautotuned / best hand-picked: %.2f" % summary["autotune"]["tuned_over_best"])
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
+    return md
+
+
+def run_autotune(out, summary):
+    """Hand-picked thresholds, then autotune, each in its own job; the hand-picked set is run before and after
+    the tuned job and the faster of the two counts, so drift on this noisy machine does not favour either."""
+    hand = {}
+    for sweep in range(2):
+        for mib in HAND_PICKED_MIB:
+            r = json_line(job(2, "autotune_bench.py", env={"TFRING_FUSION_THRESHOLD": str(mib << 20)}), "step_ms")
+            if mib not in hand or r["step_ms"] < hand[mib]["step_ms"]:
+                hand[mib] = r
+        if sweep == 0:
+            tuned = json_line(job(2, "autotune_bench.py", env={
+                "TFRING_AUTOTUNE": "1", "TFRING_AUTOTUNE_LOG": os.path.join(out, "autotune_log.csv")}), "step_ms")
+    hand = [hand[m] for m in HAND_PICKED_MIB]
+    best = min(hand, key=lambda h: h["step_ms"])
+    summary["autotune"] = {"hand_picked": hand, "tuned": tuned, "tuned_over_best": tuned["step_ms"] / best["step_ms"]}
+    md = ["## Autotune vs hand-picked (ResNet-50 gradient set, grouped allreduce, np=2)\n",
+          "| setting | fusion MiB | cycle ms | step ms |", "| --- | --- | --- | --- |"]
+    md += ["| hand-picked (best of 2 jobs) | %g | %g | %.1f |" % (
+        h["fusion_threshold_bytes"] / 2**20, h["cycle_time_ms"], h["step_ms"]) for h in hand]
+    md.append("| autotuned (after %.0f s of tuning) | %g | %g | %.1f |" % (
+        tuned["tuning_seconds"], tuned["fusion_threshold_bytes"] / 2**20, tuned["cycle_time_ms"], tuned["step_ms"]))
+    md.append("\nautotuned / best hand-picked: %.2f\n" % summary["autotune"]["tuned_over_best"])
+    return md
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--parts", default="suite,scaling,autotune", help="comma-separated subset to run")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    parts = args.parts.split(",")
+    summary, md = {"np": 2, "runs": args.runs}, []
+    if "suite" in parts:
+        md += run_suite(args.runs, args.out, summary)
+    if "scaling" in parts:
+        md += run_scaling(args.runs, summary)
+    if "autotune" in parts:
+        md += run_autotune(args.out, summary)
+    name = "summary" if len(parts) == 3 else "summary_" + "_".join(parts)
+    with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump(summary, f, indent=1)
-    with open(os.path.join(args.out, "summary.md"), "w") as f:
+    with open(os.path.join(args.out, name + ".md"), "w") as f:
         f.write("\n".join(md) + "\n")
-    plot(rows, 2, os.path.join(args.out, "bus_bandwidth.png"))
     print("\n".join(md))
 
 

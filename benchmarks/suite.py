@@ -67,6 +67,9 @@ def bench_allreduce(rows):
              "mwms_ms": median_ms(lambda: mwms(x), n)}
         if nbytes <= (64 << 10):
             r["tf_function_floor_ms"] = median_ms(lambda: floor(x), n)
+        # Any TF op returns a freshly allocated tensor; for large sizes its page faults are a floor raw MPI
+        # (reducing in place in one warm buffer) never pays.
+        r["tf_new_tensor_ms"] = median_ms(lambda: x * 1.0, n)
         rows.append(r)
 
 

@@ -1,4 +1,5 @@
 """Python wrappers over the C++ collective ops (Horovod's signatures) and their gradients."""
+import contextlib
 import re
 
 import tensorflow as tf
@@ -84,6 +85,11 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
                                     **_names("HorovodAllreduce", tensor, name))
 
 
+def _on(device):
+    """Horovod's device_dense/device_sparse: place the collective there (GPU builds run it on that GPU)."""
+    return tf.device(device) if device else contextlib.nullcontext()
+
+
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None, ignore_name_scope=False):
     """Reduces `tensor` over all ranks (default Average). tf.IndexedSlices are allgathered, as in Horovod."""
@@ -92,15 +98,17 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Average, Sum):
             raise ValueError("tfring.allreduce: op=%s is not supported for tf.IndexedSlices" % _OP_NAMES[op])
-        values = allgather(tensor.values, name=None if name is None else name + "_values")
-        indices = allgather(tensor.indices, name=None if name is None else name + "_indices")
+        with _on(device_sparse):
+            values = allgather(tensor.values, name=None if name is None else name + "_values")
+            indices = allgather(tensor.indices, name=None if name is None else name + "_indices")
         scale = (1.0 / size() if op == Average else 1.0) * prescale_factor * postscale_factor
         if scale != 1.0:
             values = values * tf.cast(scale, values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
-    reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
-                         postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope)
+    with _on(device_dense):
+        reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope)
     return compression.decompress(reduced, ctx)
 
 
@@ -115,6 +123,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
         return []
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
         return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
+                          device_dense=device_dense, device_sparse=device_sparse,
                           postscale_factor=postscale_factor, name=None if name is None else "%s_%d" % (name, i))
                 for i, t in enumerate(tensors)]
     compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
@@ -126,10 +135,11 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     for dtype, idx in by_dtype.items():
         group = [compressed[i][0] for i in idx]
         group_name = name if name is None or len(by_dtype) == 1 else "%s_%s" % (name, dtype.name)
-        out = _ops().horovod_grouped_allreduce(group, reduce_op=op, prescale_factor=prescale_factor,
-                                               postscale_factor=postscale_factor,
-                                               ignore_name_scope=ignore_name_scope,
-                                               **_names("HorovodGroupedAllreduce", group[0], group_name))
+        with _on(device_dense):
+            out = _ops().horovod_grouped_allreduce(group, reduce_op=op, prescale_factor=prescale_factor,
+                                                   postscale_factor=postscale_factor,
+                                                   ignore_name_scope=ignore_name_scope,
+                                                   **_names("HorovodGroupedAllreduce", group[0], group_name))
         for i, r in zip(idx, out):
             results[i] = compression.decompress(r, compressed[i][1])
     return results

@@ -168,3 +168,12 @@ def test_barrier_and_topology():
     assert not hvd.nccl_built() and not hvd.gloo_built() and not hvd.cuda_built()
     assert int(hvd.size_op()) == N and int(hvd.rank_op()) == R
     assert int(hvd.local_size_op()) == N and int(hvd.local_rank_op()) == R
+
+
+def test_device_dense_places_the_collective():
+    x = tensor(R, (4,), tf.float32)
+    out = hvd.allreduce(x, op=hvd.Sum, device_dense="/cpu:0")
+    assert out.device.endswith("CPU:0"), out.device
+    np.testing.assert_array_equal(out.numpy(), expected_reduce(hvd.Sum, (4,), tf.float32))
+    outs = hvd.grouped_allreduce([x, x * 2], op=hvd.Sum, device_dense="/cpu:0")
+    np.testing.assert_array_equal(outs[1].numpy(), 2 * expected_reduce(hvd.Sum, (4,), tf.float32))

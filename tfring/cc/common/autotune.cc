@@ -53,7 +53,9 @@ void Autotuner::Record(int64_t bytes, double now) {
   }
   window_bytes_ += bytes;
   const double elapsed = now - window_start_;
-  if (elapsed < options_.sample_seconds || window_bytes_ < options_.min_sample_bytes) return;
+  // Windows open and close on cycles that moved bytes, i.e. at the end of a training step's communication, so
+  // a window holds whole steps: closing in the compute gap would count a partial step and add noise.
+  if (bytes <= 0 || elapsed < options_.sample_seconds || window_bytes_ < options_.min_sample_bytes) return;
   const double score = window_bytes_ / elapsed;
   window_open_ = false;
   if (warmup_left_ > 0) {

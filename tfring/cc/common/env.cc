@@ -35,7 +35,7 @@ const std::vector<Knob>& KnobTable() {
        "ships each setting to all ranks; it ends with the best one."},
       {"TFRING_AUTOTUNE_LOG", KnobType::STRING, "", "CSV file where rank 0 logs every autotune sample and decision."},
       {"TFRING_AUTOTUNE_WARMUP_SAMPLES", KnobType::INT, "1", "Autotune samples discarded after each switch."},
-      {"TFRING_AUTOTUNE_SAMPLE_SECONDS", KnobType::DOUBLE, "0.5", "Seconds of collective activity per sample."},
+      {"TFRING_AUTOTUNE_SAMPLE_SECONDS", KnobType::DOUBLE, "1", "Seconds of collective activity per sample."},
       {"TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", KnobType::INT, "3",
        "Samples per candidate setting; its score is their median."},
   };
