@@ -126,7 +126,13 @@ TEST(CompletionQueueRunsCallbacksInOrderOnceDone) {
 TEST(CompletionQueueFailureAbortsAndFailsEverythingAfter) {
   std::vector<std::string> log;
   std::string aborted;
-  CompletionQueue q(10, [&](const std::string& why) { aborted = why; });
+  CompletionQueue* self = nullptr;
+  bool broken_before_abort = false;  // the backend must refuse new work before the communicators go away
+  CompletionQueue q(10, [&](const std::string& why) {
+    aborted = why;
+    broken_before_abort = self && self->broken();
+  });
+  self = &q;
   std::atomic<bool> release{false};
   q.Push(Work("bad", [&](std::string* err) {
     if (!release) return CompletionQueue::RUNNING;
@@ -137,6 +143,7 @@ TEST(CompletionQueueFailureAbortsAndFailsEverythingAfter) {
   release = true;
   q.Drain();
   EXPECT(q.broken());
+  EXPECT(broken_before_abort);
   EXPECT(aborted.find("[bad]") != std::string::npos && aborted.find("unhandled system error") != std::string::npos);
   EXPECT_EQ(log.size(), 2u);
   EXPECT(log[0].find("bad:tfring: GPU collective on [bad] failed") == 0);

@@ -73,14 +73,16 @@ void CompletionQueue::Run() {
                     : "tfring: GPU collective on [" + names + "] did not finish within " +
                           std::to_string(static_cast<int>(timeout_seconds_)) +
                           " s (TFRING_GPU_TIMEOUT_SECONDS); a rank may have died or stopped submitting";
-    if (on_timeout_) on_timeout_(why);
     std::deque<Item> rest;
     {
+      // Broken first, so the backend refuses new work before the communicators go away.
       std::lock_guard<std::mutex> lock(mu_);
       broken_ = true;
       broken_reason_ = why;
       rest.swap(items_);
     }
+    // The abort must also stop queued kernels before any callback lets TF reuse their buffers.
+    if (on_timeout_) on_timeout_(why);
     Finish(item, Status::Aborted(why));
     for (auto& r : rest) Finish(r, Status::Aborted(why));
   }

@@ -254,10 +254,14 @@ ResponseList Coordinator::Build() {
       still_waiting.push_back(name);
       continue;
     }
-    Response resp = BuildResponse(name, by_rank, joined_absent);
-    if (duplicate) {
+    Response resp;
+    if (duplicate) {  // built directly: BuildResponse expects every non-joined rank present
+      resp.names = {name};
+      resp.op = reqs[0].op;
       resp.kind = Response::ERROR;
       resp.error = "tfring: tensor '" + name + "' was submitted twice by one rank before completing";
+    } else {
+      resp = BuildResponse(name, by_rank, joined_absent);
     }
     out.responses.push_back(std::move(resp));
     table_.erase(name);

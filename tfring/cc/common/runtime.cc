@@ -61,6 +61,9 @@ Status Runtime::Init(int64_t comm_f) {
   controller_.reset(new Controller(backend_->transport(), *queue_, options));
   fusion_threshold_ = settings_.fusion_threshold_bytes;
   cycle_time_ms_ = settings_.cycle_time_ms;
+  // Fusion decides how many MPI calls a cycle makes, so every rank must use the same threshold: rank 0's values
+  // go to every rank in the first cycle, whatever each rank's environment says.
+  if (topology_.rank == 0) controller_->ProposeParameters({fusion_threshold_, cycle_time_ms_});
   autotuner_.reset();
   if (settings_.autotune && topology_.rank == 0) {
     AutotuneOptions tune;
@@ -87,8 +90,8 @@ void Runtime::Shutdown() {
   shutdown_requested_ = true;
   queue_->Wake();
   if (thread_.joinable()) thread_.join();
+  // Finalized but kept: an Enqueue that passed CheckReady just before the loop ended may still call it.
   if (gpu_backend_) gpu_backend_->Finalize();
-  gpu_backend_.reset();
   backend_->Finalize();
   timeline_.Stop();
   controller_.reset();

@@ -13,6 +13,7 @@ Status NcclAllgather(NcclComm& c, const Response& r, GpuEntries& entries) {
   out_shape.insert(out_shape.end(), trailing.begin(), trailing.end());
   TFR_RETURN_IF_ERROR(e.context->AllocateOutput(e.output_index, out_shape, &e.output));
   if (rows == 0 || row_bytes == 0) return Status::OK();
+  TFR_RETURN_IF_ERROR(c.WaitForFrameworkStream(e.gpu_stream));  // the new output may still be in use there
   char* out = static_cast<char*>(e.output->data());
   bool even = true;
   for (int64_t s : r.sizes) even = even && s == r.sizes[0];

@@ -15,6 +15,7 @@ Status NcclAlltoall(NcclComm& c, const Response& r, GpuEntries& entries) {
   TFR_RETURN_IF_ERROR(e.context->AllocateOutput(e.output_index, out_shape, &e.output));
   std::shared_ptr<Tensor> received;  // host memory (the kernel declares it HostMemory)
   TFR_RETURN_IF_ERROR(e.context->AllocateOutput(e.extra_output_index, {n}, &received));
+  TFR_RETURN_IF_ERROR(c.WaitForFrameworkStream(e.gpu_stream));  // the new output may still be in use there
   int32_t* rs = static_cast<int32_t*>(received->data());
   for (int i = 0; i < n; ++i) rs[i] = static_cast<int32_t>(r.sizes[i * n + me]);
   if (row_bytes == 0) return Status::OK();

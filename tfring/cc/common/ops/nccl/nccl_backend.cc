@@ -31,23 +31,40 @@ class NcclBackend : public GpuBackend {
         }) {}
 
   Status RecordReady(TensorEntry* entry) override {
+    // Runs on a framework thread: leave its current device as it was.
+    int previous = -1;
+    TFR_CHECK_CUDA(cudaGetDevice(&previous));
     TFR_CHECK_CUDA(cudaSetDevice(entry->request.device));
     Status s;
     std::shared_ptr<void> ev = NewEvent(&s);
-    TFR_RETURN_IF_ERROR(s);
     // Recorded on the framework's stream right after the producers of the input: our stream waits on it.
-    TFR_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(ev.get()), static_cast<cudaStream_t>(entry->gpu_stream)));
+    if (s.ok()) {
+      cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(ev.get()), static_cast<cudaStream_t>(entry->gpu_stream));
+      if (e != cudaSuccess) s = Status::Unknown(std::string("tfring: cudaEventRecord failed: ") + cudaGetErrorString(e));
+    }
+    cudaSetDevice(previous);
+    TFR_RETURN_IF_ERROR(s);
     entry->ready_event = std::move(ev);
     return Status::OK();
   }
 
   Status Execute(const Response& r, std::vector<TensorEntry>* entries) override {
+    // Get first: creating a communicator is collective on the negotiation transport, so every rank makes that
+    // call whatever its local state; only then may a broken rank refuse.
+    NcclComm* c;
+    TFR_RETURN_IF_ERROR(context_.Get(r.devices, &c));
     if (completions_.broken())
       return Status::Aborted("tfring: an earlier GPU collective failed or timed out; the NCCL communicators were "
                              "aborted and no more GPU collectives can run");
-    NcclComm* c;
-    TFR_RETURN_IF_ERROR(context_.Get(r.devices, &c));
     TFR_CHECK_CUDA(cudaSetDevice(c->device));
+    Status s = Enqueue(c, r, entries);
+    // Work may already be on the stream: let it finish before the caller's callbacks release the buffers.
+    if (!s.ok()) cudaStreamSynchronize(c->stream);
+    return s;
+  }
+
+ private:
+  Status Enqueue(NcclComm* c, const Response& r, std::vector<TensorEntry>* entries) {
     for (auto& e : *entries)
       if (e.ready_event) TFR_CHECK_CUDA(cudaStreamWaitEvent(c->stream, static_cast<cudaEvent_t>(e.ready_event.get()), 0));
     switch (r.op) {
@@ -84,6 +101,7 @@ class NcclBackend : public GpuBackend {
     return Status::OK();
   }
 
+ public:
   void Finalize() override {
     completions_.Drain();
     context_.Destroy();

@@ -19,45 +19,72 @@ Status NcclComm::FusionBuffer(size_t bytes, void** out) {
   return Status::OK();
 }
 
+Status NcclComm::WaitForFrameworkStream(void* framework_stream) {
+  TFR_CHECK_CUDA(cudaEventRecord(order_event, static_cast<cudaStream_t>(framework_stream)));
+  TFR_CHECK_CUDA(cudaStreamWaitEvent(stream, order_event, 0));
+  return Status::OK();
+}
+
 Status NcclContext::Get(const std::vector<int32_t>& devices, NcclComm** out) {
-  auto it = comms_.find(devices);
-  if (it != comms_.end()) {
-    *out = it->second.get();
-    return Status::OK();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = comms_.find(devices);
+    if (it != comms_.end()) {
+      *out = it->second.get();
+      return Status::OK();
+    }
   }
   std::unique_ptr<NcclComm> c(new NcclComm());
   c->device = devices[rank_];
   c->rank = rank_;
   c->size = size_;
-  TFR_CHECK_CUDA(cudaSetDevice(c->device));
+  // The id exchange is a collective on the negotiation transport: every rank must reach it even when its own
+  // CUDA/NCCL setup failed, or the ranks' next negotiation calls would pair with the wrong MPI calls. A failing
+  // root sends no bytes; every rank then fails the same collective.
   ncclUniqueId id;
   std::string bytes;
-  if (rank_ == 0) {
-    TFR_CHECK_NCCL(ncclGetUniqueId(&id));
-    bytes.assign(id.internal, sizeof(id.internal));
+  Status local;
+  cudaError_t cerr = cudaSetDevice(c->device);
+  if (cerr != cudaSuccess) local = Status::Unknown(std::string("tfring: cudaSetDevice failed: ") + cudaGetErrorString(cerr));
+  if (local.ok() && rank_ == 0) {
+    ncclResult_t nerr = ncclGetUniqueId(&id);
+    if (nerr == ncclSuccess) bytes.assign(id.internal, sizeof(id.internal));
+    else local = Status::Unknown(std::string("tfring: ncclGetUniqueId failed: ") + ncclGetErrorString(nerr));
   }
   TFR_RETURN_IF_ERROR(transport_.BroadcastFromRoot(&bytes));
   if (bytes.size() != sizeof(id.internal))
-    return Status::Unknown("tfring: received an NCCL unique id of " + std::to_string(bytes.size()) + " bytes");
+    return Status::Unknown("tfring: rank 0 could not create an NCCL communicator for GPU collectives");
+  TFR_RETURN_IF_ERROR(local);
   std::copy(bytes.begin(), bytes.end(), id.internal);
+  // Blocks until every rank joins; all ranks got here at the same negotiated response. (No deadline yet: a rank
+  // failing between the exchange and this call leaves the others waiting; see README, GPU build.)
   TFR_CHECK_NCCL(ncclCommInitRank(&c->comm, size_, id, rank_));
   // Non-blocking w.r.t. the legacy default stream, so TF's work on stream 0 never serializes with ours.
   TFR_CHECK_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  TFR_CHECK_CUDA(cudaEventCreateWithFlags(&c->order_event, cudaEventDisableTiming));
   *out = c.get();
+  std::lock_guard<std::mutex> lock(mu_);
   comms_[devices] = std::move(c);
   return Status::OK();
 }
 
 void NcclContext::Abort() {
-  for (auto& kv : comms_)
-    if (kv.second->comm) ncclCommAbort(kv.second->comm), kv.second->comm = nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& kv : comms_) {
+    NcclComm& c = *kv.second;
+    if (c.comm) ncclCommAbort(c.comm), c.comm = nullptr;
+    cudaSetDevice(c.device);  // this thread's device: the stream below belongs to it
+    if (c.stream) cudaStreamSynchronize(c.stream);
+  }
 }
 
 void NcclContext::Destroy() {
+  std::lock_guard<std::mutex> lock(mu_);
   for (auto& kv : comms_) {
     NcclComm& c = *kv.second;
     cudaSetDevice(c.device);
     if (c.stream) cudaStreamSynchronize(c.stream), cudaStreamDestroy(c.stream);
+    if (c.order_event) cudaEventDestroy(c.order_event);
     if (c.fusion) cudaFree(c.fusion);
     if (c.comm) ncclCommDestroy(c.comm);
   }

@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,8 +40,12 @@ struct NcclComm {
   int rank = 0, size = 1;
   void* fusion = nullptr;
   size_t fusion_bytes = 0;
+  cudaEvent_t order_event = nullptr;  // reused: a wait captures the event's state when it is enqueued
   // A device buffer of at least `bytes` (grown on demand; the old one is freed once the stream is idle).
   Status FusionBuffer(size_t bytes, void** out);
+  // Our stream waits for everything queued so far on the framework's stream. Needed after allocating an output
+  // on the background thread: TF's allocator may hand out memory that kernels still queued on its stream use.
+  Status WaitForFrameworkStream(void* framework_stream);
 };
 
 class NcclContext {
@@ -50,13 +55,15 @@ class NcclContext {
   // The communicator for this device set, created collectively on first use (rank 0's unique id is broadcast
   // over the negotiation transport; every rank reaches this call at the same response).
   Status Get(const std::vector<int32_t>& devices, NcclComm** out);
-  // Unblocks and tears down every communicator (deadline passed); safe from another thread.
+  // Unblocks and tears down every communicator (deadline passed), then waits for their streams to drain so no
+  // queued kernel touches a buffer after its op failed; safe from another thread.
   void Abort();
   void Destroy();
 
  private:
   Transport& transport_;
   int rank_, size_;
+  std::mutex mu_;  // guards the map (Abort runs on the completion thread); never held across NCCL calls
   std::map<std::vector<int32_t>, std::unique_ptr<NcclComm>> comms_;
 };
 

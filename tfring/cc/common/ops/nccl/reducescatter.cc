@@ -15,6 +15,7 @@ Status NcclReducescatter(NcclComm& c, const Response& r, GpuEntries& entries) {
   Shape out_shape = r.shape;
   out_shape[0] = rows[c.rank];
   TFR_RETURN_IF_ERROR(e.context->AllocateOutput(e.output_index, out_shape, &e.output));
+  TFR_RETURN_IF_ERROR(c.WaitForFrameworkStream(e.gpu_stream));  // the new output may still be in use there
   const int64_t total = NumElements(r.shape), esize = DataTypeSize(r.dtype);
   if (total == 0) return Status::OK();
   // Prescale works on a copy: the input tensor is not ours to modify.
