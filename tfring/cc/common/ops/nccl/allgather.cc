@@ -18,20 +18,20 @@ Status NcclAllgather(NcclComm& c, const Response& r, GpuEntries& entries) {
   bool even = true;
   for (int64_t s : r.sizes) even = even && s == r.sizes[0];
   if (even) {
-    TFR_CHECK_NCCL(ncclAllGather(e.input->data(), out, r.sizes[0] * row_bytes, ncclUint8, c.comm, c.stream));
+    TFR_NCCL(c, ncclAllGather(e.input->data(), out, r.sizes[0] * row_bytes, ncclUint8, c.comm, c.stream));
     return Status::OK();
   }
   // Ragged first dimensions: every rank broadcasts its part into place, fused into one NCCL group.
-  TFR_CHECK_NCCL(ncclGroupStart());
+  TFR_NCCL(c, ncclGroupStart());
   for (int i = 0; i < c.size; ++i) {
     ncclResult_t res = ncclBroadcast(e.input->data(), out + displs[i] * row_bytes, r.sizes[i] * row_bytes, ncclUint8,
                                      i, c.comm, c.stream);
     if (res != ncclSuccess) {
       ncclGroupEnd();
-      TFR_CHECK_NCCL(res);
+      TFR_NCCL(c, res);
     }
   }
-  TFR_CHECK_NCCL(ncclGroupEnd());
+  TFR_NCCL(c, ncclGroupEnd());
   return Status::OK();
 }
 

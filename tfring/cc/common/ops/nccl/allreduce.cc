@@ -33,7 +33,7 @@ Status NcclAllreduce(NcclComm& c, const Response& r, GpuEntries& entries) {
                                        r.sizes[i] * esize));
   }
   TFR_RETURN_IF_ERROR(GpuScale(buf, count, r.dtype, r.prescale, c.stream));
-  TFR_CHECK_NCCL(ncclAllReduce(buf, buf, count, type, NcclOp(r.reduce_op), c.comm, c.stream));
+  TFR_NCCL(c, ncclAllReduce(buf, buf, count, type, NcclOp(r.reduce_op), c.comm, c.stream));
   TFR_RETURN_IF_ERROR(GpuScale(buf, count, r.dtype, r.postscale, c.stream));
   if (r.reduce_op == ReduceOp::AVERAGE) TFR_RETURN_IF_ERROR(GpuDivide(buf, count, r.dtype, c.size, c.stream));
   if (!single)

@@ -21,7 +21,7 @@ Status NcclAlltoall(NcclComm& c, const Response& r, GpuEntries& entries) {
   if (row_bytes == 0) return Status::OK();
   const char* in = static_cast<const char*>(e.input->data());
   char* out = static_cast<char*>(e.output->data());
-  TFR_CHECK_NCCL(ncclGroupStart());
+  TFR_NCCL(c, ncclGroupStart());
   int64_t soff = 0, roff = 0;
   ncclResult_t res = ncclSuccess;
   for (int peer = 0; peer < n && res == ncclSuccess; ++peer) {
@@ -32,8 +32,8 @@ Status NcclAlltoall(NcclComm& c, const Response& r, GpuEntries& entries) {
     roff += rbytes;
   }
   ncclResult_t end = ncclGroupEnd();
-  TFR_CHECK_NCCL(res);
-  TFR_CHECK_NCCL(end);
+  TFR_NCCL(c, res);
+  TFR_NCCL(c, end);
   return Status::OK();
 }
 

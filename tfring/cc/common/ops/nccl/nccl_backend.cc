@@ -24,7 +24,7 @@ std::shared_ptr<void> NewEvent(Status* status) {
 class NcclBackend : public GpuBackend {
  public:
   NcclBackend(Transport& transport, int rank, int size, double timeout_seconds)
-      : context_(transport, rank, size),
+      : context_(transport, rank, size, timeout_seconds),
         completions_(timeout_seconds, [this](const std::string& why) {
           TFR_LOG(TFR_ERROR, why << "; aborting the NCCL communicators");
           context_.Abort();
@@ -87,7 +87,9 @@ class NcclBackend : public GpuBackend {
     entries->clear();
     item.probe = [done, comm](std::string* error) {
       ncclResult_t async_err = ncclSuccess;
-      if (comm && ncclCommGetAsyncError(comm, &async_err) == ncclSuccess && async_err != ncclSuccess) {
+      // ncclInProgress is a non-blocking communicator still working, not an error.
+      if (comm && ncclCommGetAsyncError(comm, &async_err) == ncclSuccess && async_err != ncclSuccess &&
+          async_err != ncclInProgress) {
         *error = std::string("NCCL: ") + ncclGetErrorString(async_err);
         return CompletionQueue::FAILED;
       }

@@ -1,5 +1,8 @@
 #include "nccl_context.h"
 
+#include <chrono>
+#include <thread>
+
 #include "../layout.h"
 
 namespace tfring {
@@ -16,6 +19,24 @@ Status NcclComm::FusionBuffer(size_t bytes, void** out) {
     fusion_bytes = grown;
   }
   *out = fusion;
+  return Status::OK();
+}
+
+Status NcclWait(NcclComm& c, ncclResult_t result, const char* what) {
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(10);
+  while (result == ncclInProgress) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (c.timeout_seconds > 0 && waited > c.timeout_seconds)
+      return Status::Aborted(std::string("tfring: NCCL call ") + what + " did not finish within " +
+                             std::to_string(static_cast<int>(c.timeout_seconds)) +
+                             " s (TFRING_GPU_TIMEOUT_SECONDS); a rank may have died or stopped submitting");
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::milliseconds(1)) pause *= 2;
+    if (ncclCommGetAsyncError(c.comm, &result) != ncclSuccess) break;
+  }
+  if (result != ncclSuccess)
+    return Status::Unknown(std::string("tfring: NCCL error in ") + what + ": " + ncclGetErrorString(result));
   return Status::OK();
 }
 
@@ -38,6 +59,7 @@ Status NcclContext::Get(const std::vector<int32_t>& devices, NcclComm** out) {
   c->device = devices[rank_];
   c->rank = rank_;
   c->size = size_;
+  c->timeout_seconds = timeout_seconds_;
   // The id exchange is a collective on the negotiation transport: every rank must reach it even when its own
   // CUDA/NCCL setup failed, or the ranks' next negotiation calls would pair with the wrong MPI calls. A failing
   // root sends no bytes; every rank then fails the same collective.
@@ -56,9 +78,15 @@ Status NcclContext::Get(const std::vector<int32_t>& devices, NcclComm** out) {
     return Status::Unknown("tfring: rank 0 could not create an NCCL communicator for GPU collectives");
   TFR_RETURN_IF_ERROR(local);
   std::copy(bytes.begin(), bytes.end(), id.internal);
-  // Blocks until every rank joins; all ranks got here at the same negotiated response. (No deadline yet: a rank
-  // failing between the exchange and this call leaves the others waiting; see README, GPU build.)
-  TFR_CHECK_NCCL(ncclCommInitRank(&c->comm, size_, id, rank_));
+  // Every rank got here at the same negotiated response. Non-blocking, so a rank that never joins (it failed
+  // after the exchange, or died) costs the others the deadline, not a hang.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  Status init = NcclWait(*c, ncclCommInitRankConfig(&c->comm, size_, id, rank_, &config), "ncclCommInitRankConfig");
+  if (!init.ok()) {
+    if (c->comm) ncclCommAbort(c->comm);
+    return init;
+  }
   // Non-blocking w.r.t. the legacy default stream, so TF's work on stream 0 never serializes with ours.
   TFR_CHECK_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   TFR_CHECK_CUDA(cudaEventCreateWithFlags(&c->order_event, cudaEventDisableTiming));

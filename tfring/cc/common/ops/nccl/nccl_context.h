@@ -23,21 +23,21 @@
                                        cudaGetErrorString(tfr_err_));                                \
   } while (0)
 
-#define TFR_CHECK_NCCL(expr)                                                                          \
-  do {                                                                                               \
-    ncclResult_t tfr_res_ = (expr);                                                                  \
-    if (tfr_res_ != ncclSuccess)                                                                     \
-      return ::tfring::Status::Unknown(std::string("tfring: NCCL error in " #expr ": ") +          \
-                                       ncclGetErrorString(tfr_res_));                                \
-  } while (0)
+// Calls on a communicator: communicators are non-blocking (so creation and every call have a deadline), and any
+// call may answer ncclInProgress; NcclWait polls the communicator until the call finished or the deadline passed.
+#define TFR_NCCL(c, expr) TFR_RETURN_IF_ERROR(::tfring::NcclWait((c), (expr), #expr))
 
 namespace tfring {
+
+struct NcclComm;
+Status NcclWait(NcclComm& c, ncclResult_t result, const char* what);
 
 struct NcclComm {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   int device = -1;
   int rank = 0, size = 1;
+  double timeout_seconds = 0;  // per call; 0 = none
   void* fusion = nullptr;
   size_t fusion_bytes = 0;
   cudaEvent_t order_event = nullptr;  // reused: a wait captures the event's state when it is enqueued
@@ -50,7 +50,8 @@ struct NcclComm {
 
 class NcclContext {
  public:
-  NcclContext(Transport& transport, int rank, int size) : transport_(transport), rank_(rank), size_(size) {}
+  NcclContext(Transport& transport, int rank, int size, double timeout_seconds)
+      : transport_(transport), rank_(rank), size_(size), timeout_seconds_(timeout_seconds) {}
   ~NcclContext() { Destroy(); }
   // The communicator for this device set, created collectively on first use (rank 0's unique id is broadcast
   // over the negotiation transport; every rank reaches this call at the same response).
@@ -63,6 +64,7 @@ class NcclContext {
  private:
   Transport& transport_;
   int rank_, size_;
+  double timeout_seconds_;
   std::mutex mu_;  // guards the map (Abort runs on the completion thread); never held across NCCL calls
   std::map<std::vector<int32_t>, std::unique_ptr<NcclComm>> comms_;
 };

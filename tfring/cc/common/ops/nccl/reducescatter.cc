@@ -27,10 +27,10 @@ Status NcclReducescatter(NcclComm& c, const Response& r, GpuEntries& entries) {
   char* out = static_cast<char*>(e.output->data());
   const int64_t mine = rows[c.rank] * row_elems;
   if (dim0 % n == 0) {
-    TFR_CHECK_NCCL(ncclReduceScatter(buf, out, mine, type, NcclOp(r.reduce_op), c.comm, c.stream));
+    TFR_NCCL(c, ncclReduceScatter(buf, out, mine, type, NcclOp(r.reduce_op), c.comm, c.stream));
   } else {  // uneven rows: one reduce per destination rank, grouped
     const std::vector<int64_t> start = Offsets(rows);
-    TFR_CHECK_NCCL(ncclGroupStart());
+    TFR_NCCL(c, ncclGroupStart());
     ncclResult_t res = ncclSuccess;
     for (int i = 0; i < n && res == ncclSuccess; ++i) {
       char* part = buf + start[i] * row_elems * esize;
@@ -38,8 +38,8 @@ Status NcclReducescatter(NcclComm& c, const Response& r, GpuEntries& entries) {
                        type, NcclOp(r.reduce_op), i, c.comm, c.stream);
     }
     ncclResult_t end = ncclGroupEnd();
-    TFR_CHECK_NCCL(res);
-    TFR_CHECK_NCCL(end);
+    TFR_NCCL(c, res);
+    TFR_NCCL(c, end);
   }
   TFR_RETURN_IF_ERROR(GpuScale(out, mine, r.dtype, r.postscale, c.stream));
   if (r.reduce_op == ReduceOp::AVERAGE) TFR_RETURN_IF_ERROR(GpuDivide(out, mine, r.dtype, n, c.stream));
