@@ -12,10 +12,10 @@ using namespace tfring;
 
 namespace {
 
-// Peak at 4 MiB fusion and 2 ms cycle; smooth elsewhere.
-double Rate(const TunedParams& p) {
+// Peak at 4 MiB fusion and `best_cycle` ms; smooth elsewhere.
+double Rate(const TunedParams& p, double best_cycle = 2) {
   const double f = std::log2(p.fusion_threshold_bytes / double(1 << 20));
-  return 1e9 / (1 + std::pow(f - 2, 2) * 0.1 + std::pow(p.cycle_time_ms - 2, 2) * 0.05);
+  return 1e9 / (1 + std::pow(f - 2, 2) * 0.1 + std::pow(p.cycle_time_ms - best_cycle, 2) * 0.05);
 }
 
 }  // namespace
@@ -64,4 +64,27 @@ TEST(AutotunerIgnoresIdleTime) {
   for (int i = 0; i < 12; ++i) t.Record(1000, now += 0.01);
   EXPECT(t.TakeProposal(&p));  // one sample of activity finished the first candidate
   EXPECT_EQ(p.fusion_threshold_bytes, 2 << 20);
+}
+
+TEST(AutotunerNeverRemeasuresTheStartingCycleTime) {
+  // The first cycle candidate (0.5 ms) is the best: 1 ms (the thresholds' cycle) must still not be re-measured.
+  AutotuneOptions o;
+  o.sample_seconds = 0.1;
+  Autotuner t({8 << 20, 1.0}, o);
+  TunedParams in_force{8 << 20, 1.0};
+  std::vector<double> cycles_tried;
+  double now = 0;
+  for (int step = 0; step < 100000 && !t.done(); ++step) {
+    TunedParams p;
+    if (t.TakeProposal(&p)) {
+      if (p.cycle_time_ms != in_force.cycle_time_ms) cycles_tried.push_back(p.cycle_time_ms);
+      in_force = p;
+    }
+    now += 0.01;
+    t.Record(static_cast<int64_t>(Rate(in_force, 0.5) * 0.01), now);
+  }
+  EXPECT(t.done());
+  EXPECT((cycles_tried == std::vector<double>{0.5, 2, 5}));
+  EXPECT_EQ(t.best().cycle_time_ms, 0.5);
+  EXPECT_EQ(t.best().fusion_threshold_bytes, 4 << 20);
 }

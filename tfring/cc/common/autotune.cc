@@ -5,7 +5,8 @@
 namespace tfring {
 
 Autotuner::Autotuner(TunedParams start, AutotuneOptions options)
-    : options_(std::move(options)), current_(start), best_(start), warmup_left_(options_.warmup_samples) {
+    : options_(std::move(options)), current_(start), best_(start), fusion_phase_cycle_(start.cycle_time_ms),
+      warmup_left_(options_.warmup_samples) {
   if (!options_.log_path.empty()) {
     log_.open(options_.log_path, std::ios::out | std::ios::trunc);
     log_ << "event,fusion_threshold_bytes,cycle_time_ms,bytes_per_second\n";
@@ -74,22 +75,13 @@ void Autotuner::Record(int64_t bytes, double now) {
 void Autotuner::FinishCandidate(double score) {
   Log("candidate", score);
   if (score > best_score_) best_score_ = score, best_ = current_;
-  TunedParams next = best_;
   ++index_;
-  if (phase_ == FUSION && index_ < options_.fusion_candidates.size()) {
-    next = current_;
-    next.fusion_threshold_bytes = options_.fusion_candidates[index_];
-  } else if (phase_ == FUSION || (phase_ == CYCLE && index_ < options_.cycle_candidates.size())) {
-    if (phase_ == FUSION) phase_ = CYCLE, index_ = 0;
-    next = best_;
-    next.cycle_time_ms = options_.cycle_candidates[index_];
-    // The best threshold was measured at the starting cycle time: re-measuring that pair would waste samples.
-    if (next == best_ && ++index_ < options_.cycle_candidates.size())
-      next.cycle_time_ms = options_.cycle_candidates[index_];
-    if (index_ >= options_.cycle_candidates.size()) next = best_, phase_ = DONE;
-  } else {
-    phase_ = DONE;
-  }
+  if (phase_ == FUSION && index_ >= options_.fusion_candidates.size()) phase_ = CYCLE, index_ = 0;
+  // The thresholds were measured at the starting cycle time: those pairs have scores already.
+  while (phase_ == CYCLE && index_ < options_.cycle_candidates.size() &&
+         options_.cycle_candidates[index_] == fusion_phase_cycle_)
+    ++index_;
+  if (phase_ == CYCLE && index_ >= options_.cycle_candidates.size()) phase_ = DONE;
   if (phase_ == DONE) {
     current_ = best_;
     Log("best", best_score_);
@@ -97,6 +89,9 @@ void Autotuner::FinishCandidate(double score) {
     has_proposal_ = true;
     return;
   }
+  TunedParams next = phase_ == FUSION ? current_ : best_;
+  if (phase_ == FUSION) next.fusion_threshold_bytes = options_.fusion_candidates[index_];
+  else next.cycle_time_ms = options_.cycle_candidates[index_];
   Propose(next);
 }
 

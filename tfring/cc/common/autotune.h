@@ -51,6 +51,7 @@ class Autotuner {
   Phase phase_ = FUSION;
   size_t index_ = 0;  // candidate within the phase
   TunedParams current_, best_;
+  double fusion_phase_cycle_;  // the cycle time every threshold was measured at
   double best_score_ = -1;
   std::vector<double> scores_;  // of the current candidate
   int warmup_left_;
