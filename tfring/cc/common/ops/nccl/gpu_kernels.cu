@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "gpu_kernels.h"
 
@@ -60,59 +61,52 @@ Status LaunchStatus(const char* what) {
   return Status::Unknown(std::string("tfring: CUDA error launching ") + what + ": " + cudaGetErrorString(e));
 }
 
-template <typename T>
-void Scale(void* d, int64_t n, double f, cudaStream_t s) {
-  ScaleKernel<T><<<Blocks(n), kThreads, 0, s>>>(static_cast<T*>(d), n, f);
+// Calls f with the buffer typed by its dtype (bool: nothing to scale or divide).
+template <typename F>
+void ByDtype(void* d, DataType dtype, F f) {
+  switch (dtype) {
+    case DataType::UINT8: f(static_cast<uint8_t*>(d)); break;
+    case DataType::INT8: f(static_cast<int8_t*>(d)); break;
+    case DataType::UINT16: f(static_cast<uint16_t*>(d)); break;
+    case DataType::INT16: f(static_cast<int16_t*>(d)); break;
+    case DataType::INT32: f(static_cast<int32_t*>(d)); break;
+    case DataType::INT64: f(static_cast<int64_t*>(d)); break;
+    case DataType::FLOAT32: f(static_cast<float*>(d)); break;
+    case DataType::FLOAT64: f(static_cast<double*>(d)); break;
+    case DataType::FLOAT16: f(static_cast<__half*>(d)); break;
+    case DataType::BFLOAT16: f(static_cast<__nv_bfloat16*>(d)); break;
+    case DataType::BOOL: break;
+  }
 }
 
 template <typename T>
-void Divide(void* d, int64_t n, int div, cudaStream_t s) {
-  DivideKernel<T><<<Blocks(n), kThreads, 0, s>>>(static_cast<T*>(d), n, div);
-}
+constexpr bool kIs16BitFloat = std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value;
 
 }  // namespace
 
 Status GpuScale(void* data, int64_t n, DataType dtype, double f, void* stream) {
   if (f == 1.0 || n == 0) return Status::OK();
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DataType::UINT8: Scale<uint8_t>(data, n, f, s); break;
-    case DataType::INT8: Scale<int8_t>(data, n, f, s); break;
-    case DataType::UINT16: Scale<uint16_t>(data, n, f, s); break;
-    case DataType::INT16: Scale<int16_t>(data, n, f, s); break;
-    case DataType::INT32: Scale<int32_t>(data, n, f, s); break;
-    case DataType::INT64: Scale<int64_t>(data, n, f, s); break;
-    case DataType::FLOAT32:
-      ScaleFloatKernel<<<Blocks(n), kThreads, 0, s>>>(static_cast<float*>(data), n, static_cast<float>(f));
-      break;
-    case DataType::FLOAT64: Scale<double>(data, n, f, s); break;
-    case DataType::FLOAT16: Scale<__half>(data, n, f, s); break;
-    case DataType::BFLOAT16: Scale<__nv_bfloat16>(data, n, f, s); break;
-    case DataType::BOOL: return Status::OK();
-  }
+  ByDtype(data, dtype, [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    if constexpr (std::is_same<T, float>::value)
+      ScaleFloatKernel<<<Blocks(n), kThreads, 0, s>>>(p, n, static_cast<float>(f));
+    else
+      ScaleKernel<T><<<Blocks(n), kThreads, 0, s>>>(p, n, f);
+  });
   return LaunchStatus("the scale kernel");
 }
 
 Status GpuDivide(void* data, int64_t n, DataType dtype, int d, void* stream) {
   if (d == 1 || n == 0) return Status::OK();
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DataType::UINT8: Divide<uint8_t>(data, n, d, s); break;
-    case DataType::INT8: Divide<int8_t>(data, n, d, s); break;
-    case DataType::UINT16: Divide<uint16_t>(data, n, d, s); break;
-    case DataType::INT16: Divide<int16_t>(data, n, d, s); break;
-    case DataType::INT32: Divide<int32_t>(data, n, d, s); break;
-    case DataType::INT64: Divide<int64_t>(data, n, d, s); break;
-    case DataType::FLOAT32: Divide<float>(data, n, d, s); break;
-    case DataType::FLOAT64: Divide<double>(data, n, d, s); break;
-    case DataType::FLOAT16:
-      Divide16Kernel<__half><<<Blocks(n), kThreads, 0, s>>>(static_cast<__half*>(data), n, d);
-      break;
-    case DataType::BFLOAT16:
-      Divide16Kernel<__nv_bfloat16><<<Blocks(n), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(data), n, d);
-      break;
-    case DataType::BOOL: return Status::OK();
-  }
+  ByDtype(data, dtype, [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    if constexpr (kIs16BitFloat<T>)
+      Divide16Kernel<T><<<Blocks(n), kThreads, 0, s>>>(p, n, d);
+    else
+      DivideKernel<T><<<Blocks(n), kThreads, 0, s>>>(p, n, d);
+  });
   return LaunchStatus("the divide kernel");
 }
 
