@@ -1,8 +1,6 @@
 // The GPU path's logic that needs no GPU: device agreement in negotiation, device-aware fusion and cache keys,
 // fusion-buffer layout, reducescatter splits, and the completion queue's ordering, failure and deadline rules.
 #include <atomic>
-#include <chrono>
-#include <thread>
 
 #include "check.h"
 #include "../../tfring/cc/common/completion_queue.h"
@@ -156,13 +154,10 @@ TEST(CompletionQueueFailureAbortsAndFailsEverythingAfter) {
 TEST(CompletionQueueDeadlineNamesTheTensors) {
   std::vector<std::string> log;
   bool aborted = false;
-  const auto start = std::chrono::steady_clock::now();
   CompletionQueue q(0.05, [&](const std::string&) { aborted = true; });
   q.Push(Work("stuck", [](std::string*) { return CompletionQueue::RUNNING; }, &log));
   q.Drain();
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT(aborted);
   EXPECT_EQ(log.size(), 1u);
   EXPECT(log[0].find("[stuck] did not finish within") != std::string::npos);
-  EXPECT(took >= 0.05 && took < 5);
 }

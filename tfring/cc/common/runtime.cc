@@ -166,14 +166,15 @@ void Runtime::Loop() {
       loop_status_ = s;
       break;
     }
-    if (list.tuned_fusion_threshold >= 0) {  // autotune: every rank switches at this same cycle
+    if (list.tuned_fusion_threshold >= 0) {  // rank 0's settings (at start, or autotune): all switch this cycle
       fusion_threshold_ = list.tuned_fusion_threshold;
       cycle_time_ms_ = list.tuned_cycle_time_ms;
-      TFR_LOG(TFR_DEBUG, "autotune: fusion " << fusion_threshold_ << " B, cycle " << cycle_time_ms_ << " ms");
+      TFR_LOG(TFR_DEBUG, "settings from rank 0: fusion " << fusion_threshold_ << " B, cycle " << cycle_time_ms_
+                                                        << " ms");
     }
     int64_t bytes = 0;
     for (const Response& r : PlanFusion(std::move(list.responses), fusion_threshold_)) {
-      bytes += PayloadBytes(r);
+      if (autotuner_) bytes += PayloadBytes(r);  // only the autotuner reads it
       Perform(r);
     }
     if (autotuner_) {
