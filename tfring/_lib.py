@@ -92,4 +92,9 @@ def load():
     _c.tfring_cycle_time_ms.restype = ctypes.c_double
     _c.tfring_knob_table.restype = ctypes.c_char_p
     _c.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    ints = ctypes.POINTER(ctypes.c_int)
+    _c.tfring_init_with_sets.argtypes = [ctypes.c_int64, ints, ints, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    _c.tfring_process_set_topology.argtypes = [ctypes.c_int] + [ints] * 5
+    _c.tfring_process_sets.argtypes = [ints, ints, ctypes.c_int, ints, ctypes.c_int]
+    _c.tfring_change_process_set.argtypes = [ints, ctypes.c_int, ctypes.c_int, ints, ctypes.c_char_p, ctypes.c_int]
     return _ops, _c

@@ -8,11 +8,15 @@ _atexit_registered = False
 
 
 def init(comm=None, process_sets=None):
-    """Starts tfring on MPI_COMM_WORLD, or on `comm` (an mpi4py communicator or a list of world ranks)."""
+    """Starts tfring on MPI_COMM_WORLD, or on `comm` (an mpi4py communicator or a list of world ranks).
+    process_sets: tfring.ProcessSet objects every rank passes alike (Horovod's static process sets)."""
     global _atexit_registered
-    if process_sets:
-        raise NotImplementedError("tfring: process_sets are not supported; pass comm=<mpi4py communicator>")
+    from tfring import process_sets as ps_mod
+    process_sets = list(process_sets or [])
     _, c = _lib.load()
+    if c.tfring_is_initialized():  # idempotent, as Horovod's; sets passed again are looked up
+        ps_mod._assign_ids([p for p in process_sets if p.ranks is not None])
+        return
     _lib.prepare_mpi_environment()
     from mpi4py import MPI  # initializes MPI (THREAD_MULTIPLE) and finalizes it at interpreter exit
     if comm is None:
@@ -32,9 +36,16 @@ def init(comm=None, process_sets=None):
         handle = sub.py2f()
     else:
         raise TypeError("tfring.init: comm must be an mpi4py communicator or a list of ranks, got %r" % (comm,))
+    base = MPI.COMM_WORLD if handle == -1 else MPI.Comm.f2py(handle)
+    lists = ps_mod._resolve_static(process_sets, base)
+    flat = [r for ranks in lists for r in ranks]
+    sets = (ctypes.c_int * max(len(flat), 1))(*flat)
+    sizes = (ctypes.c_int * max(len(lists), 1))(*[len(r) for r in lists])
     err = ctypes.create_string_buffer(1024)
-    if c.tfring_init(handle, err, len(err)) != 0:
-        raise RuntimeError(err.value.decode())
+    if c.tfring_init_with_sets(handle, sets, sizes, len(lists), err, len(err)) != 0:
+        msg = err.value.decode()
+        raise (ValueError if "process_sets" in msg else RuntimeError)(msg)
+    ps_mod._assign_ids(process_sets)
     if not _atexit_registered:
         atexit.register(shutdown)  # runs before mpi4py's MPI_Finalize
         _atexit_registered = True

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "env.h"
 #include "runtime.h"
@@ -24,6 +25,43 @@ static int Report(const tfring::Status& s, char* err, int err_len) {
 }
 
 int tfring_init(int64_t comm_f, char* err, int err_len) { return Report(Runtime::Get().Init(comm_f), err, err_len); }
+
+int tfring_init_with_sets(int64_t comm_f, const int* sets, const int* set_sizes, int num_sets, char* err,
+                          int err_len) {
+  std::vector<std::vector<int>> static_sets;
+  for (int i = 0, off = 0; i < num_sets; off += set_sizes[i], ++i)
+    static_sets.emplace_back(sets + off, sets + off + set_sizes[i]);
+  return Report(Runtime::Get().Init(comm_f, static_sets), err, err_len);
+}
+
+int tfring_process_set_topology(int id, int* size, int* rank, int* local_size, int* local_rank, int* included) {
+  tfring::Topology t;
+  bool in = false;
+  if (!Runtime::Get().SetTopology(id, &t, &in)) return -1;
+  *size = t.size, *rank = t.rank, *local_size = t.local_size, *local_rank = t.local_rank, *included = in;
+  return 0;
+}
+
+int tfring_process_sets(int* ids, int* sizes, int cap, int* ranks, int cap_ranks) {
+  if (!Runtime::Get().initialized()) return 0;
+  auto sets = Runtime::Get().ProcessSets();
+  int off = 0;
+  for (size_t i = 0; i < sets.size() && static_cast<int>(i) < cap; ++i) {
+    ids[i] = sets[i].first;
+    sizes[i] = static_cast<int>(sets[i].second.size());
+    for (int r : sets[i].second)
+      if (off < cap_ranks) ranks[off++] = r;
+  }
+  return static_cast<int>(sets.size());
+}
+
+int tfring_change_process_set(const int* ranks, int n, int remove_id, int* id, char* err, int err_len) {
+  if (!Runtime::Get().initialized())
+    return Report(tfring::Status::PreconditionError("tfring has not been initialized; call tfring.init() first"),
+                  err, err_len);
+  std::vector<int> r(ranks, ranks + n);
+  return Report(Runtime::Get().ChangeProcessSet(r, remove_id, id), err, err_len);
+}
 
 int tfring_start_timeline(const char* path, int mark_cycles, char* err, int err_len) {
   if (!Runtime::Get().initialized())

@@ -5,6 +5,17 @@
 extern "C" {
 // Returns 0 on success; on failure writes a message into err (size err_len).
 int tfring_init(int64_t comm_f, char* err, int err_len);
+// sets: the ranks of every static process set back to back; set_sizes: how many ranks each has.
+int tfring_init_with_sets(int64_t comm_f, const int* sets, const int* set_sizes, int num_sets, char* err,
+                          int err_len);
+// Process sets. Topology of set `id` (-1 fields for non-members); returns 0, or -1 if no such set.
+int tfring_process_set_topology(int id, int* size, int* rank, int* local_size, int* local_rank, int* included);
+// Writes up to `cap` (id, size) pairs into ids/sizes and their ranks back to back into ranks (cap_ranks);
+// returns the number of sets.
+int tfring_process_sets(int* ids, int* sizes, int cap, int* ranks, int cap_ranks);
+// Add (remove_id = -1, ranks) or remove (remove_id) a set; every rank alike. 0 on success with *id set (-1: a
+// duplicate / unknown set), else writes the message into err.
+int tfring_change_process_set(const int* ranks, int n, int remove_id, int* id, char* err, int err_len);
 void tfring_shutdown();
 int tfring_is_initialized();
 // -1 when not initialized.

@@ -13,7 +13,7 @@ constexpr uint64_t kNotShutdown = 1, kNoUncached = 2, kNotJoined = 4;
 Controller::Controller(Transport& transport, TensorQueue& queue, ControllerOptions options)
     : transport_(transport), queue_(queue), cache_(options.cache_capacity), options_(std::move(options)) {
   if (transport_.rank() == 0)
-    coordinator_.reset(new Coordinator(transport_.size(), options_.stall, options_.timeline));
+    coordinator_.reset(new Coordinator(transport_.size(), options_.stall, options_.timeline, options_.set));
 }
 
 Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {

@@ -19,6 +19,7 @@ struct ControllerOptions {
   StallOptions stall;  // stall.clock also times cached requests, which are demoted to a full round after
                        // min(1 s, warn time) so the coordinator can see (and report) them
   Timeline* timeline = nullptr;  // rank 0's, or null
+  SetLabel set;                  // the process set this controller negotiates for (messages name it)
 };
 
 class Controller {

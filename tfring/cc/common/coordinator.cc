@@ -11,11 +11,11 @@ namespace tfring {
 namespace {
 
 // "rank 0: float32; rank 1: int32" for the ranks grouped by the value that differs.
-std::string DescribeByRank(const std::vector<const Request*>& reqs,
+std::string DescribeByRank(const std::vector<const Request*>& reqs, const SetLabel& set,
                            const std::function<std::string(const Request&)>& value) {
   std::map<std::string, std::vector<int>> by_value;
   for (const Request* r : reqs)
-    if (r) by_value[value(*r)].push_back(r->rank);
+    if (r) by_value[value(*r)].push_back(set.Global(r->rank));
   std::ostringstream os;
   bool first = true;
   for (const auto& kv : by_value) {
@@ -67,7 +67,21 @@ std::string CheckSplits(const Request& r, int size) {
 
 }  // namespace
 
-Response BuildResponse(const std::string& name, const std::vector<const Request*>& reqs, int joined) {
+std::string RankListString(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  os << "]";
+  return os.str();
+}
+
+std::string SetLabel::Where() const {
+  if (id == 0) return "";
+  return " in process set " + std::to_string(id) + " (ranks " + RankListString(global_ranks) + ")";
+}
+
+Response BuildResponse(const std::string& name, const std::vector<const Request*>& reqs, int joined,
+                       const SetLabel& set) {
   Response resp;
   resp.names = {name};
   const Request* first = nullptr;
@@ -84,7 +98,15 @@ Response BuildResponse(const std::string& name, const std::vector<const Request*
 
   auto fail = [&](const std::string& what, const std::function<std::string(const Request&)>& value) {
     resp.kind = Response::ERROR;
-    resp.error = "tfring: ranks disagree on " + what + " for tensor '" + name + "': " + DescribeByRank(reqs, value);
+    resp.error = "tfring: ranks disagree on " + what + " for tensor '" + name + "'" + set.Where() + ": " +
+                 DescribeByRank(reqs, set, value);
+    return resp;
+  };
+  // An argument every rank passed alike but that cannot work (Horovod raises InvalidArgument for these).
+  auto invalid = [&](const std::string& message) {
+    resp.kind = Response::ERROR;
+    resp.error = message + set.Where();
+    resp.error_code = static_cast<uint8_t>(StatusCode::INVALID_ARGUMENT);
     return resp;
   };
   auto check = [&](const std::string& what, const std::function<std::string(const Request&)>& value) {
@@ -120,11 +142,8 @@ Response BuildResponse(const std::string& name, const std::vector<const Request*
     case OpType::ALLREDUCE:
     case OpType::REDUCESCATTER:
       if (check("shape", shape_of)) return resp;
-      if (resp.op == OpType::REDUCESCATTER && first->shape.empty()) {
-        resp.kind = Response::ERROR;
-        resp.error = "tfring: reducescatter of tensor '" + name + "' needs at least one dimension, got a scalar";
-        return resp;
-      }
+      if (resp.op == OpType::REDUCESCATTER && first->shape.empty())
+        return invalid("tfring: reducescatter of tensor '" + name + "' needs at least one dimension, got a scalar");
       if (check("reduce op", [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); })) return resp;
       if (check("prescale_factor", [](const Request& r) { return Num(r.prescale); })) return resp;
       if (check("postscale_factor", [](const Request& r) { return Num(r.postscale); })) return resp;
@@ -132,13 +151,16 @@ Response BuildResponse(const std::string& name, const std::vector<const Request*
       resp.sizes = {NumElements(first->shape)};
       break;
     case OpType::BROADCAST:
-      if (check("root_rank", [](const Request& r) { return std::to_string(r.root_rank); })) return resp;
-      if (first->root_rank < 0 || first->root_rank >= size) {
-        resp.kind = Response::ERROR;
-        resp.error = "tfring: broadcast of tensor '" + name + "': root_rank=" + std::to_string(first->root_rank) +
-                     " is out of range for " + std::to_string(size) + " ranks";
+      if (check("root_rank (global rank)", [&set](const Request& r) {
+            return std::to_string(r.root_rank >= 0 ? set.Global(r.root_rank) : -1 - r.root_rank); }))
         return resp;
-      }
+      // A root outside a process set arrives as -1 - its global rank (runtime.cc).
+      if (first->root_rank < -1 && set.id != 0)
+        return invalid("tfring: broadcast of tensor '" + name + "': root_rank=" +
+                       std::to_string(-1 - first->root_rank) + " is not a member of the process set");
+      if (first->root_rank < 0 || first->root_rank >= size)
+        return invalid("tfring: broadcast of tensor '" + name + "': root_rank=" + std::to_string(first->root_rank) +
+                       " is out of range for " + std::to_string(size) + " ranks");
       if (check("shape", shape_of)) return resp;
       resp.shape = first->shape;
       break;
@@ -152,14 +174,18 @@ Response BuildResponse(const std::string& name, const std::vector<const Request*
       resp.shape = first->shape;
       for (const Request* r : reqs) {
         std::string err = CheckSplits(*r, size);
-        if (!err.empty()) {
-          resp.kind = Response::ERROR;
-          resp.error = "tfring: alltoall of tensor '" + name + "': rank " + std::to_string(r->rank) + " " + err;
-          return resp;
-        }
+        if (!err.empty())
+          return invalid("tfring: alltoall of tensor '" + name + "': rank " + std::to_string(set.Global(r->rank)) +
+                         " " + err);
         if (r->splits.empty()) resp.sizes.insert(resp.sizes.end(), size, r->shape[0] / size);
         else resp.sizes.insert(resp.sizes.end(), r->splits.begin(), r->splits.end());
       }
+      break;
+    case OpType::PROCESS_SET:  // every rank must name the same change
+      if (check("the process set change", [](const Request& r) {
+            return std::to_string(r.root_rank) + " " + ShapeString(r.splits); }))
+        return resp;
+      resp.sizes = first->splits;
       break;
     case OpType::BARRIER:
     case OpType::JOIN:
@@ -185,18 +211,20 @@ void Coordinator::InspectStalls(const std::vector<std::string>& waiting, Respons
     std::ostringstream ready, missing;
     for (int i = 0; i < size_; ++i) {
       std::ostringstream& os = present[i] || joined_[i] ? ready : missing;
-      os << (os.tellp() > 0 ? "," : "") << i;
+      os << (os.tellp() > 0 ? "," : "") << set_.Global(i);
     }
     std::ostringstream line;
-    line << "tensor '" << name << "' (" << OpTypeName(reqs[0].op) << ") waited " << static_cast<int>(age)
+    line << "tensor '" << name << "' (" << OpTypeName(reqs[0].op) << ")" << set_.Where() << " waited "
+         << static_cast<int>(age)
          << " s: submitted by ranks [" << ready.str() << "], missing ranks [" << missing.str() << "]";
     if (warn) {
       report << (report.tellp() > 0 ? "; " : "") << line.str();
       last_warned_[name] = now;
     }
     if (fail) {
-      Response err = BuildResponse(name, {&reqs[0]}, 0);
+      Response err = BuildResponse(name, {&reqs[0]}, 0, set_);
       err.kind = Response::ERROR;
+      err.error_code = static_cast<uint8_t>(StatusCode::DEADLINE_EXCEEDED);
       err.error = "tfring: stalled collective: " + line.str() + "; failed after TFRING_STALL_SHUTDOWN_TIME_SECONDS=" +
                   Num(stall_.shutdown_seconds) + ". Ranks must submit the same collectives (check for "
                   "rank-dependent control flow, uneven data without join(), or a rank that died or hangs).";
@@ -259,9 +287,9 @@ ResponseList Coordinator::Build() {
       resp.names = {name};
       resp.op = reqs[0].op;
       resp.kind = Response::ERROR;
-      resp.error = "tfring: tensor '" + name + "' was submitted twice by one rank before completing";
+      resp.error = "tfring: tensor '" + name + "' was submitted twice by one rank before completing" + set_.Where();
     } else {
-      resp = BuildResponse(name, by_rank, joined_absent);
+      resp = BuildResponse(name, by_rank, joined_absent, set_);
     }
     out.responses.push_back(std::move(resp));
     table_.erase(name);

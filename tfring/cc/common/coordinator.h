@@ -11,8 +11,19 @@
 
 namespace tfring {
 
+std::string RankListString(const std::vector<int>& ranks);  // "[0, 2]"
+
+// Which process set a coordinator serves: messages name the set and the ranks by their global number.
+struct SetLabel {
+  int id = 0;
+  std::vector<int> global_ranks;  // set rank -> global rank; empty: the same numbers
+  int Global(int set_rank) const { return global_ranks.empty() ? set_rank : global_ranks[set_rank]; }
+  std::string Where() const;      // "" for the global set, else " in process set 3 (ranks [0,2])"
+};
+
 // Builds the Response for one tensor from every rank's request (nullptr for a joined rank).
-Response BuildResponse(const std::string& name, const std::vector<const Request*>& requests, int joined);
+Response BuildResponse(const std::string& name, const std::vector<const Request*>& requests, int joined,
+                       const SetLabel& set = SetLabel());
 
 // The stall inspector's settings; seconds <= 0 turns that part off. clock() returns seconds.
 struct StallOptions {
@@ -25,8 +36,8 @@ class Timeline;
 
 class Coordinator {
  public:
-  Coordinator(int size, StallOptions stall, Timeline* timeline = nullptr)
-      : size_(size), joined_(size, false), stall_(std::move(stall)), timeline_(timeline) {}
+  Coordinator(int size, StallOptions stall, Timeline* timeline = nullptr, SetLabel set = SetLabel())
+      : size_(size), joined_(size, false), stall_(std::move(stall)), timeline_(timeline), set_(std::move(set)) {}
   void Add(int rank, const RequestList& list);
   ResponseList Build();
   size_t pending() const { return table_.size(); }
@@ -43,6 +54,7 @@ class Coordinator {
   std::vector<std::string> order_;                                // first-arrival order
   StallOptions stall_;
   Timeline* timeline_;
+  SetLabel set_;
   std::unordered_map<std::string, double> first_seen_, last_warned_;
 };
 

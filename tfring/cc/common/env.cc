@@ -18,8 +18,10 @@ const std::vector<Knob>& KnobTable() {
       {"TFRING_LOG_LEVEL", KnobType::STRING, "warning", "trace, debug, info, warning or error."},
       {"TFRING_STALL_CHECK_TIME_SECONDS", KnobType::DOUBLE, "60",
        "Seconds a tensor may wait for missing ranks before every rank logs which ranks and tensors stall."},
-      {"TFRING_STALL_SHUTDOWN_TIME_SECONDS", KnobType::DOUBLE, "0",
-       "If > 0: seconds after which stalled collectives fail on every rank with the stall message."},
+      {"TFRING_STALL_SHUTDOWN_TIME_SECONDS", KnobType::DOUBLE, "1800",
+       "Seconds after which a stalled collective fails on every rank (tf.errors.DeadlineExceededError naming the "
+       "tensor, process set and missing ranks) instead of waiting forever; 0 waits forever. 30 min, as "
+       "torch.distributed's default timeout: longer than rank-0-only evaluation or checkpointing of large models."},
       {"TFRING_STALL_CHECK_DISABLE", KnobType::BOOL, "0", "1 turns the stall inspector off."},
       {"TFRING_TIMELINE", KnobType::STRING, "",
        "Path of a Chrome-trace JSON timeline written by rank 0 (open it in Perfetto or chrome://tracing)."},
@@ -30,6 +32,8 @@ const std::vector<Knob>& KnobTable() {
       {"TFRING_GPU_TIMEOUT_SECONDS", KnobType::DOUBLE, "600",
        "NCCL builds: seconds one GPU collective may run before its communicator is aborted and the op fails "
        "(0: no deadline)."},
+      {"TFRING_DYNAMIC_PROCESS_SETS", KnobType::BOOL, "0",
+       "1 allows add_process_set/remove_process_set after init() (every rank must set it alike)."},
       {"TFRING_AUTOTUNE", KnobType::BOOL, "0",
        "1: rank 0 tunes the fusion threshold and cycle time online from measured collective throughput and "
        "ships each setting to all ranks; it ends with the best one."},
@@ -75,6 +79,8 @@ Settings Settings::FromEnvironment() {
   const std::string disable = KnobValue("TFRING_STALL_CHECK_DISABLE");
   if (disable == "1" || disable == "true" || disable == "True") s.stall_check_seconds = s.stall_shutdown_seconds = 0;
   s.mpi_max_count = std::atoll(KnobValue("TFRING_MPI_MAX_COUNT").c_str());
+  const std::string dyn = KnobValue("TFRING_DYNAMIC_PROCESS_SETS");
+  s.dynamic_process_sets = dyn == "1" || dyn == "true" || dyn == "True";
   const std::string tune = KnobValue("TFRING_AUTOTUNE");
   s.autotune = tune == "1" || tune == "true" || tune == "True";
   s.autotune_log = KnobValue("TFRING_AUTOTUNE_LOG");

@@ -34,6 +34,7 @@ struct Settings {
   int autotune_warmup_samples;
   double autotune_sample_seconds;
   int autotune_samples_per_candidate;
+  bool dynamic_process_sets;      // add/remove process sets after init
   static Settings FromEnvironment();
 };
 

@@ -105,6 +105,7 @@ std::string Encode(const ResponseList& list) {
     w.Put(r.joined); w.Put(r.last_joined_rank);
     w.PutInts(r.devices);
     w.PutString(r.error);
+    w.Put(r.error_code);
   }
   return w.Take();
 }
@@ -127,7 +128,8 @@ Status Decode(const std::string& bytes, ResponseList* list) {
       if (!rd.GetString(&s)) return Corrupt("response");
     if (!rd.Get(&r.dtype) || !rd.Get(&r.reduce_op) || !rd.Get(&r.root_rank) || !rd.Get(&r.prescale) ||
         !rd.Get(&r.postscale) || !rd.GetInts(&r.sizes) || !rd.GetInts(&r.shape) || !rd.Get(&r.joined) ||
-        !rd.Get(&r.last_joined_rank) || !rd.GetInts(&r.devices) || !rd.GetString(&r.error))
+        !rd.Get(&r.last_joined_rank) || !rd.GetInts(&r.devices) || !rd.GetString(&r.error) ||
+        !rd.Get(&r.error_code))
       return Corrupt("response");
   }
   return rd.Done() ? Status::OK() : Corrupt("response");

@@ -48,6 +48,9 @@ struct Response {
   int32_t last_joined_rank = -1;
   std::vector<int32_t> devices;  // empty: a CPU collective; else every rank's GPU (keys the NCCL communicator)
   std::string error;
+  // ERROR responses: a StatusCode. Ranks disagreeing is PRECONDITION_ERROR (Horovod's FailedPrecondition), a bad
+  // argument every rank can see is INVALID_ARGUMENT, a stalled collective DEADLINE_EXCEEDED.
+  uint8_t error_code = static_cast<uint8_t>(StatusCode::PRECONDITION_ERROR);
 };
 
 struct ResponseList {

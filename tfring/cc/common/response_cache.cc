@@ -4,7 +4,7 @@ namespace tfring {
 
 bool ResponseCache::Cacheable(const Response& r) {
   return r.kind == Response::OK && r.names.size() == 1 && r.joined == 0 && r.op != OpType::JOIN &&
-         r.op != OpType::BARRIER;
+         r.op != OpType::BARRIER && r.op != OpType::PROCESS_SET;
 }
 
 ResponseCache::Lookup ResponseCache::Find(const Request& own, uint32_t* position) const {

@@ -34,7 +34,7 @@ Runtime& Runtime::Get() {
   return *runtime;
 }
 
-Status Runtime::Init(int64_t comm_f) {
+Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static_sets) {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
   if (running_) return Status::OK();
   settings_ = Settings::FromEnvironment();
@@ -48,22 +48,26 @@ Status Runtime::Init(int64_t comm_f) {
                                         settings_.gpu_timeout_seconds, &gpu_backend_));
 #endif
   SetLogRank(topology_.rank);
-  queue_.reset(new TensorQueue());
-  ControllerOptions options;
-  options.cache_capacity = settings_.cache_capacity;
-  options.stall.warn_seconds = settings_.stall_check_seconds;
-  options.stall.shutdown_seconds = settings_.stall_shutdown_seconds;
-  if (topology_.rank == 0) options.timeline = &timeline_;
+  signal_ = std::make_shared<WorkSignal>();
+  controller_options_ = ControllerOptions();
+  controller_options_.cache_capacity = settings_.cache_capacity;
+  controller_options_.stall.warn_seconds = settings_.stall_check_seconds;
+  controller_options_.stall.shutdown_seconds = settings_.stall_shutdown_seconds;
+  controller_options_.stall.clock = Now;
   backend_->SetTimeline(topology_.rank == 0 ? &timeline_ : nullptr);
   if (!settings_.timeline_path.empty()) TFR_RETURN_IF_ERROR(StartTimeline(settings_.timeline_path,
                                                                           settings_.timeline_mark_cycles));
-  options.stall.clock = Now;
-  controller_.reset(new Controller(backend_->transport(), *queue_, options));
+  std::vector<int> everyone(topology_.size);
+  for (int i = 0; i < topology_.size; ++i) everyone[i] = i;
+  sets_.Clear();
+  TFR_RETURN_IF_ERROR(CreateSet(0, everyone));
+  TFR_RETURN_IF_ERROR(CreateStaticSets(static_sets));
   fusion_threshold_ = settings_.fusion_threshold_bytes;
   cycle_time_ms_ = settings_.cycle_time_ms;
   // Fusion decides how many MPI calls a cycle makes, so every rank must use the same threshold: rank 0's values
   // go to every rank in the first cycle, whatever each rank's environment says.
-  if (topology_.rank == 0) controller_->ProposeParameters({fusion_threshold_, cycle_time_ms_});
+  auto global = sets_.Get(0);
+  if (topology_.rank == 0) global->controller->ProposeParameters({fusion_threshold_, cycle_time_ms_});
   autotuner_.reset();
   if (settings_.autotune && topology_.rank == 0) {
     AutotuneOptions tune;
@@ -88,13 +92,15 @@ void Runtime::Shutdown() {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
   if (!running_) return;
   shutdown_requested_ = true;
-  queue_->Wake();
+  signal_->Notify();
   if (thread_.joinable()) thread_.join();
   // Finalized but kept: an Enqueue that passed CheckReady just before the loop ended may still call it.
   if (gpu_backend_) gpu_backend_->Finalize();
+  for (auto& set : sets_.All())
+    if (set->owned) set->owned->Finalize();
   backend_->Finalize();
   timeline_.Stop();
-  controller_.reset();
+  sets_.Clear();
   backend_.reset();
   running_ = false;
 }
@@ -122,21 +128,35 @@ Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
 
 void Runtime::StopTimeline() { timeline_.Stop(); }
 
-void Runtime::Enqueue(std::vector<TensorEntry> entries) {
+void Runtime::Enqueue(std::vector<TensorEntry> entries, int process_set_id) {
   Status s = CheckReady();
+  std::shared_ptr<ProcessSet> set;
+  if (s.ok()) s = CheckMember(process_set_id);
+  if (s.ok()) set = sets_.Get(process_set_id);
+  if (s.ok() && !set) s = Status::Aborted("tfring: process set " + std::to_string(process_set_id) + " was removed");
   if (s.ok() && timeline_.enabled())
     for (const auto& e : entries) timeline_.NegotiateStart(e.request.name, OpTypeName(e.request.op));
   for (const auto& e : entries) TFR_LOG(TFR_TRACE, "enqueue " << e.request.name);
   for (auto& e : entries) {
-    if (!s.ok() || e.request.device < 0) continue;
+    if (!s.ok()) break;
+    // Horovod's broadcast root is a global rank; the set negotiates in its own numbering (a root outside the
+    // set travels as -1 - root so the coordinator reports it on every rank).
+    if (process_set_id != 0 && e.request.op == OpType::BROADCAST) {
+      const int local = set->rank_in_set(e.request.root_rank);
+      e.request.root_rank = local >= 0 ? local : -1 - e.request.root_rank;
+    }
+    if (e.request.device < 0) continue;
     if (!gpu_backend_)
       s = Status::PreconditionError("tfring: tensor '" + e.request.name + "' is on a GPU but this tfring build has "
                                     "no GPU support (rebuild with TFRING_GPU_OPERATIONS=NCCL)");
+    else if (process_set_id != 0)
+      s = Status::InvalidArgument("tfring: tensor '" + e.request.name + "' is on a GPU: GPU collectives run on the "
+                                  "global process set only (process_set_id=" + std::to_string(process_set_id) + ")");
     else
       s = gpu_backend_->RecordReady(&e);
   }
   if (s.ok()) {
-    s = queue_->Add(entries);  // moves the entries in, or leaves them here if it refuses the batch
+    s = set->queue->Add(entries);  // moves the entries in, or leaves them here if it refuses the batch
     if (s.ok()) {
       // The loop may have ended between the check and the add; it drains again after finishing.
       if (loop_done_) FailAll(CheckReady());
@@ -147,7 +167,9 @@ void Runtime::Enqueue(std::vector<TensorEntry> entries) {
 }
 
 void Runtime::FailAll(const Status& status) {
-  for (auto& e : queue_->DrainAll()) e.callback(status);
+  for (auto& set : sets_.All())
+    if (set->queue)
+      for (auto& e : set->queue->DrainAll()) e.callback(status);
 }
 
 
@@ -156,57 +178,85 @@ void Runtime::Loop() {
     // A rank with nothing outstanding does not negotiate every cycle: it waits for work (or the idle wait, so
     // shutdown, stall reports and joined peers still progress). Every cycle is a collective, and a peer that
     // is busy computing would otherwise have its core taken by two background threads spinning in MPI.
+    // With process sets, every rank negotiates every cycle (as Horovod does): the global set's negotiation is a
+    // collective of all ranks, and a rank idling in the global set would hold up the other sets' cycles.
     const auto cycle = std::chrono::microseconds(static_cast<int64_t>(cycle_time_ms_ * 1000));
-    queue_->WaitForWork(cycle, std::max(cycle, kIdleWait));
+    const auto sets = sets_.All();
+    bool busy = sets.size() > 1;
+    for (const auto& set : sets) busy = busy || (set->queue && set->queue->HasEntries());
+    signal_->Wait(busy ? cycle : std::max(cycle, kIdleWait));
     timeline_.Cycle();
     ResponseList list;
-    Status s = controller_->ComputeResponseList(shutdown_requested_, &list);
-    if (!s.ok()) {
-      TFR_LOG(TFR_ERROR, "negotiation failed, stopping: " << s.message());
-      loop_status_ = s;
-      break;
-    }
-    if (list.tuned_fusion_threshold >= 0) {  // rank 0's settings (at start, or autotune): all switch this cycle
-      fusion_threshold_ = list.tuned_fusion_threshold;
-      cycle_time_ms_ = list.tuned_cycle_time_ms;
-      TFR_LOG(TFR_DEBUG, "settings from rank 0: fusion " << fusion_threshold_ << " B, cycle " << cycle_time_ms_
-                                                        << " ms");
-    }
-    int64_t bytes = 0;
-    for (const Response& r : PlanFusion(std::move(list.responses), fusion_threshold_)) {
-      if (autotuner_) bytes += PayloadBytes(r);  // only the autotuner reads it
-      Perform(r);
-    }
-    if (autotuner_) {
-      autotuner_->Record(bytes, Now());
-      TunedParams next;
-      if (autotuner_->TakeProposal(&next)) controller_->ProposeParameters(next);
-    }
+    if (!Cycle(*sets[0], shutdown_requested_, &list)) break;
     if (list.shutdown) {
       shutdown_rank_ = list.shutdown_rank;
       break;
     }
+    // The global cycle may have added or removed sets: every member sees the same table now.
+    bool failed = false;
+    for (const auto& set : sets_.All()) {
+      ResponseList l;
+      if (set->id != 0 && set->included() && !Cycle(*set, false, &l)) {
+        failed = true;
+        break;
+      }
+    }
+    if (failed) break;
   }
   loop_done_ = true;
   FailAll(CheckReady());
 }
 
-void Runtime::Perform(const Response& response) {
+bool Runtime::Cycle(ProcessSet& set, bool shutdown, ResponseList* list) {
+  Status s = set.controller->ComputeResponseList(shutdown, list);
+  if (!s.ok()) {
+    TFR_LOG(TFR_ERROR, "negotiation failed" << set.label().Where() << ", stopping: " << s.message());
+    loop_status_ = s;
+    return false;
+  }
+  if (list->tuned_fusion_threshold >= 0) {  // rank 0's settings (at start, or autotune): all switch this cycle
+    fusion_threshold_ = list->tuned_fusion_threshold;
+    cycle_time_ms_ = list->tuned_cycle_time_ms;
+    TFR_LOG(TFR_DEBUG, "settings from rank 0: fusion " << fusion_threshold_ << " B, cycle " << cycle_time_ms_
+                                                      << " ms");
+  }
+  int64_t bytes = 0;
+  for (const Response& r : PlanFusion(std::move(list->responses), fusion_threshold_)) {
+    if (autotuner_) bytes += PayloadBytes(r);  // only the autotuner reads it
+    Perform(set, r);
+  }
+  if (autotuner_ && set.id == 0) {
+    autotuner_->Record(bytes, Now());
+    TunedParams next;
+    if (autotuner_->TakeProposal(&next)) set.controller->ProposeParameters(next);
+  }
+  return true;
+}
+
+void Runtime::Perform(ProcessSet& set, const Response& response) {
   std::vector<TensorEntry> taken(response.names.size());
   std::vector<TensorEntry*> entries(response.names.size(), nullptr);
   for (size_t i = 0; i < response.names.size(); ++i)
-    if (queue_->Take(response.names[i], &taken[i])) entries[i] = &taken[i];
+    if (set.queue->Take(response.names[i], &taken[i])) entries[i] = &taken[i];
   Status status;
-  if (response.kind == Response::OK && !response.devices.empty()) {
-    if (PerformOnGpu(response, &taken, &status)) return;
-  } else if (response.kind == Response::ERROR) {
-    status = Status::InvalidArgument(response.error);
+  if (response.kind == Response::ERROR) {
+    status = Status(static_cast<StatusCode>(response.error_code), response.error);
+  } else if (!response.devices.empty()) {
+    if (set.id != 0)
+      status = Status::InvalidArgument("tfring: GPU collectives run on the global process set only");
+    else if (PerformOnGpu(response, &taken, &status))
+      return;
   } else if (response.op == OpType::JOIN) {
     for (auto* e : entries)
       if (e && e->join_result) *e->join_result = response.last_joined_rank;
+  } else if (response.op == OpType::PROCESS_SET) {
+    int id = -1;
+    status = ApplyProcessSetChange(response, &id);
+    for (auto* e : entries)
+      if (e && e->join_result) *e->join_result = id;
   } else {
     TimelineActivity activity(&timeline_, response.names, "EXECUTE");
-    status = backend_->Execute(response, entries);
+    status = set.backend->Execute(response, entries);
   }
   if (!status.ok()) TFR_LOG(TFR_DEBUG, "collective failed: " << status.message());
   for (size_t i = 0; i < entries.size(); ++i)

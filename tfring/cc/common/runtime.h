@@ -11,6 +11,7 @@
 #include "env.h"
 #include "ops/backend.h"
 #include "ops/gpu_backend.h"
+#include "process_set.h"
 #include "tensor_queue.h"
 #include "timeline.h"
 
@@ -20,8 +21,9 @@ class Runtime {
  public:
   static Runtime& Get();
 
-  // comm_f: Fortran handle of the communicator to run on, or -1 for MPI_COMM_WORLD.
-  Status Init(int64_t comm_f);
+  // comm_f: Fortran handle of the communicator to run on, or -1 for MPI_COMM_WORLD. static_sets: process sets
+  // (ascending ranks of that communicator) every rank passes alike; they get ids 1, 2, ... in this order.
+  Status Init(int64_t comm_f, const std::vector<std::vector<int>>& static_sets = {});
   void Shutdown();
   bool initialized() const { return running_; }
   Topology topology() const { return topology_; }
@@ -29,8 +31,16 @@ class Runtime {
   TunedParams tuned() const { return {fusion_threshold_.load(), cycle_time_ms_.load()}; }
 
   // Hands entries to the background thread; each entry's callback runs exactly once.
-  void Enqueue(std::vector<TensorEntry> entries);
+  void Enqueue(std::vector<TensorEntry> entries, int process_set_id = 0);
   Status CheckReady() const;
+  // OK if the set exists and this rank is in it, else an InvalidArgument naming both.
+  Status CheckMember(int process_set_id) const;
+  // Size, rank, local size and rank within the set (-1 for the ranks of a non-member); false if no such set.
+  bool SetTopology(int process_set_id, Topology* out, bool* included) const;
+  std::vector<std::pair<int, std::vector<int>>> ProcessSets() const;
+  // Adds (ranks) or removes (remove_id >= 0) a process set; every rank must call it alike. Blocks until done;
+  // *id: the new set's id, the removed id, or -1 if the set already exists / does not exist.
+  Status ChangeProcessSet(const std::vector<int>& ranks, int remove_id, int* id);
   // Rank 0 writes the timeline; on other ranks these are no-ops.
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
@@ -38,7 +48,14 @@ class Runtime {
  private:
   Runtime() = default;
   void Loop();
-  void Perform(const Response& response);
+  // Negotiates one set's cycle and runs its responses; false (loop_status_ set) if negotiation failed.
+  bool Cycle(ProcessSet& set, bool shutdown, ResponseList* list);
+  void Perform(ProcessSet& set, const Response& response);
+  // Collective over the global set: creates set `id` (its communicator, queue and controller on members).
+  Status CreateSet(int id, const std::vector<int>& ranks);
+  Status CreateStaticSets(const std::vector<std::vector<int>>& static_sets);
+  Status ApplyProcessSetChange(const Response& response, int* id);
+  void FinalizeSet(ProcessSet& set, const Status& why);
   // Hands a GPU response to the GPU backend; false (with *status set) if the callbacks are still ours to run.
   bool PerformOnGpu(const Response& response, std::vector<TensorEntry>* taken, Status* status);
   void FailAll(const Status& status);
@@ -53,8 +70,9 @@ class Runtime {
   Topology topology_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GpuBackend> gpu_backend_;  // NCCL builds only; touches no GPU until a GPU tensor arrives
-  std::unique_ptr<TensorQueue> queue_;
-  std::unique_ptr<Controller> controller_;
+  std::shared_ptr<WorkSignal> signal_;  // every set's queue wakes the one background thread
+  ProcessSetTable sets_;                 // set 0 = every rank
+  ControllerOptions controller_options_;
   std::thread thread_;
   Timeline timeline_;
   // Current values of the tunable knobs (the settings' values unless autotune changed them); background thread.

@@ -5,7 +5,7 @@
 
 namespace tfring {
 
-enum class StatusCode { OK = 0, INVALID_ARGUMENT, PRECONDITION_ERROR, ABORTED, UNKNOWN, IN_PROGRESS };
+enum class StatusCode { OK = 0, INVALID_ARGUMENT, PRECONDITION_ERROR, ABORTED, UNKNOWN, IN_PROGRESS, DEADLINE_EXCEEDED };
 
 class Status {
  public:
@@ -16,6 +16,7 @@ class Status {
   static Status PreconditionError(std::string m) { return {StatusCode::PRECONDITION_ERROR, std::move(m)}; }
   static Status Aborted(std::string m) { return {StatusCode::ABORTED, std::move(m)}; }
   static Status Unknown(std::string m) { return {StatusCode::UNKNOWN, std::move(m)}; }
+  static Status DeadlineExceeded(std::string m) { return {StatusCode::DEADLINE_EXCEEDED, std::move(m)}; }
   bool ok() const { return code_ == StatusCode::OK; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return msg_; }

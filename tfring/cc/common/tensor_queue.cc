@@ -2,9 +2,24 @@
 
 namespace tfring {
 
+void WorkSignal::Notify() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_ = true;
+  }
+  cv_.notify_one();
+}
+
+void WorkSignal::Wait(std::chrono::microseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return pending_; });
+  pending_ = false;
+}
+
 Status TensorQueue::Add(std::vector<TensorEntry>& entries) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_.ok()) return closed_;
     for (size_t i = 0; i < entries.size(); ++i) {
       const auto& name = entries[i].request.name;
       bool dup_in_batch = false;
@@ -20,7 +35,7 @@ Status TensorQueue::Add(std::vector<TensorEntry>& entries) {
       entries_.emplace(std::move(name), std::move(e));
     }
   }
-  cv_.notify_one();
+  signal_->Notify();
   return Status::OK();
 }
 
@@ -47,19 +62,9 @@ const Request* TensorQueue::Find(const std::string& name) {
   return it == entries_.end() ? nullptr : &it->second.request;
 }
 
-bool TensorQueue::WaitForWork(std::chrono::microseconds cycle, std::chrono::microseconds idle) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, entries_.empty() ? idle : cycle, [this] { return !new_requests_.empty() || woken_; });
-  woken_ = false;
-  return !new_requests_.empty();
-}
-
-void TensorQueue::Wake() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    woken_ = true;
-  }
-  cv_.notify_one();
+bool TensorQueue::HasEntries() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !entries_.empty();
 }
 
 std::vector<TensorEntry> TensorQueue::DrainAll() {
@@ -69,6 +74,14 @@ std::vector<TensorEntry> TensorQueue::DrainAll() {
   entries_.clear();
   new_requests_.clear();
   return out;
+}
+
+std::vector<TensorEntry> TensorQueue::Close(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = why;
+  }
+  return DrainAll();
 }
 
 }  // namespace tfring

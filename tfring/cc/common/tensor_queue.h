@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <chrono>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -12,8 +13,23 @@
 
 namespace tfring {
 
+// Wakes the background thread. Every process set's queue signals the same one, so one thread waits for all.
+class WorkSignal {
+ public:
+  void Notify();
+  // Until notified or `timeout` passes; clears the notification.
+  void Wait(std::chrono::microseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool pending_ = false;
+};
+
 class TensorQueue {
  public:
+  explicit TensorQueue(std::shared_ptr<WorkSignal> signal = std::make_shared<WorkSignal>())
+      : signal_(std::move(signal)) {}
   // Adds all entries atomically (a grouped op's members negotiate in the same cycle), moving them out of
   // `entries`. Fails without touching them if a name is already in flight on this rank.
   Status Add(std::vector<TensorEntry>& entries);
@@ -21,19 +37,18 @@ class TensorQueue {
   std::vector<Request> PopNewRequests();
   bool Take(const std::string& name, TensorEntry* out);
   const Request* Find(const std::string& name);  // only from the background thread
-  // Wait until new requests arrive or the timeout passes: `cycle` while entries are outstanding, `idle` when
-  // this rank has none. Returns true if new requests are pending.
-  bool WaitForWork(std::chrono::microseconds cycle, std::chrono::microseconds idle);
-  void Wake();
+  bool HasEntries();  // outstanding entries (submitted, not yet taken)
   // Remove every entry (shutdown); the caller fails them.
   std::vector<TensorEntry> DrainAll();
+  // DrainAll, and refuse later Adds with `why` (a removed process set).
+  std::vector<TensorEntry> Close(const Status& why);
 
  private:
+  std::shared_ptr<WorkSignal> signal_;
   std::mutex mu_;
-  std::condition_variable cv_;
   std::unordered_map<std::string, TensorEntry> entries_;
   std::deque<Request> new_requests_;
-  bool woken_ = false;
+  Status closed_;  // not OK once closed
 };
 
 }  // namespace tfring

@@ -50,6 +50,7 @@ const char* OpTypeName(OpType t) {
     case OpType::REDUCESCATTER: return "reducescatter";
     case OpType::JOIN: return "join";
     case OpType::BARRIER: return "barrier";
+    case OpType::PROCESS_SET: return "process set change";
   }
   return "unknown";
 }

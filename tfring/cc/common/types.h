@@ -17,6 +17,7 @@ enum class ReduceOp : uint8_t { AVERAGE = 0, SUM = 1, ADASUM = 2, MIN = 3, MAX =
 
 enum class OpType : uint8_t {
   ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, ALLTOALL = 3, REDUCESCATTER = 4, JOIN = 5, BARRIER = 6,
+  PROCESS_SET = 7,  // add (sizes = member ranks) or remove (root_rank = id) a process set; global set only
 };
 
 int DataTypeSize(DataType t);

@@ -39,6 +39,7 @@ tfw::Status ToTF(const Status& s) {
     case StatusCode::INVALID_ARGUMENT: return tfw::errors::InvalidArgument(s.message());
     case StatusCode::PRECONDITION_ERROR: return tfw::errors::FailedPrecondition(s.message());
     case StatusCode::ABORTED: return tfw::errors::Aborted(s.message());
+    case StatusCode::DEADLINE_EXCEEDED: return tfw::errors::DeadlineExceeded(s.message());
     default: return tfw::errors::Unknown(s.message());
   }
 }
@@ -99,12 +100,8 @@ StatusCallback Completion::Make(tfw::OpKernelContext* ctx, tfw::AsyncOpKernel::D
 }
 
 bool CheckRuntime(tfw::OpKernelContext* ctx, int process_set_id) {
-  if (process_set_id != 0) {
-    ctx->SetStatus(tfw::errors::Unimplemented("tfring: process sets are not supported (process_set_id=",
-                                              process_set_id, "); use init(comm=...) to run on a subset"));
-    return false;
-  }
   Status s = Runtime::Get().CheckReady();
+  if (s.ok()) s = Runtime::Get().CheckMember(process_set_id);
   if (!s.ok()) {
     ctx->SetStatus(ToTF(s));
     return false;

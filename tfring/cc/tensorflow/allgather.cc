@@ -24,7 +24,7 @@ class AllgatherOp : public tfw::AsyncOpKernel {
     }
     StatusCallback cb = Completion::Make(ctx, std::move(done), n);
     for (auto& e : entries) e.callback = cb;
-    Runtime::Get().Enqueue(std::move(entries));
+    Runtime::Get().Enqueue(std::move(entries), process_set_id_);
   }
 
  private:

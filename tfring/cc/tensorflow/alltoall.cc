@@ -27,7 +27,7 @@ class AlltoallOp : public tfw::AsyncOpKernel {
     for (int64_t i = 0; i < flat.size(); ++i) e.request.splits.push_back(flat(i));
     e.extra_output_index = 1;
     e.callback = Completion::Make(ctx, std::move(done), 1);
-    Runtime::Get().Enqueue(std::move(entries));
+    Runtime::Get().Enqueue(std::move(entries), process_set_id_);
   }
 
  private:

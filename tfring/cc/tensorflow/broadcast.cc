@@ -26,7 +26,7 @@ class BroadcastOp : public tfw::AsyncOpKernel {
     }
     entries[0].request.root_rank = root_rank_;
     entries[0].callback = Completion::Make(ctx, std::move(done), 1);
-    Runtime::Get().Enqueue(std::move(entries));
+    Runtime::Get().Enqueue(std::move(entries), process_set_id_);
   }
 
  private:

@@ -18,7 +18,7 @@ class JoinOp : public tfw::AsyncOpKernel {
     entries[0].request.op = OpType::JOIN;
     entries[0].join_result = out->flat<int32_t>().data();
     entries[0].callback = Completion::Make(ctx, std::move(done), 1);
-    Runtime::Get().Enqueue(std::move(entries));
+    Runtime::Get().Enqueue(std::move(entries), process_set_id_);
   }
 
  private:
@@ -36,35 +36,42 @@ class BarrierOp : public tfw::AsyncOpKernel {
     entries[0].request.name = "__tfring_barrier__";
     entries[0].request.op = OpType::BARRIER;
     entries[0].callback = Completion::Make(ctx, std::move(done), 1);
-    Runtime::Get().Enqueue(std::move(entries));
+    Runtime::Get().Enqueue(std::move(entries), process_set_id_);
   }
 
  private:
   int process_set_id_ = 0;
 };
 
-template <int (*Field)(const Topology&)>
+// Topology within a process set; non-members get the set's size and -1 for their rank (Horovod's values).
+template <int (*Field)(const Topology&, bool)>
 class TopologyOp : public tfw::OpKernel {
  public:
   explicit TopologyOp(tfw::OpKernelConstruction* c) : OpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
   }
   void Compute(tfw::OpKernelContext* ctx) override {
-    if (!CheckRuntime(ctx, process_set_id_)) return;
+    Status s = Runtime::Get().CheckReady();
+    if (!s.ok()) return ctx->SetStatus(ToTF(s));
+    Topology t;
+    bool included = false;
+    OP_REQUIRES(ctx, Runtime::Get().SetTopology(process_set_id_, &t, &included),
+                tfw::errors::InvalidArgument("tfring: process_set_id=", process_set_id_,
+                                             " is not a registered process set"));
     tfw::Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tfw::TensorShape({}), &out));
-    out->scalar<int32_t>()() = Field(Runtime::Get().topology());
+    out->scalar<int32_t>()() = Field(t, included);
   }
 
  private:
   int process_set_id_ = 0;
 };
 
-int SizeOf(const Topology& t) { return t.size; }
-int RankOf(const Topology& t) { return t.rank; }
-int LocalSizeOf(const Topology& t) { return t.local_size; }
-int LocalRankOf(const Topology& t) { return t.local_rank; }
-int Included(const Topology&) { return 1; }
+int SizeOf(const Topology& t, bool) { return t.size; }
+int RankOf(const Topology& t, bool) { return t.rank; }
+int LocalSizeOf(const Topology& t, bool) { return t.local_size; }
+int LocalRankOf(const Topology& t, bool) { return t.local_rank; }
+int Included(const Topology&, bool included) { return included ? 1 : 0; }
 
 REGISTER_KERNEL_BUILDER(Name("HorovodJoin").Device(tfw::DEVICE_CPU), JoinOp);
 REGISTER_KERNEL_BUILDER(Name("HorovodBarrier").Device(tfw::DEVICE_CPU), BarrierOp);

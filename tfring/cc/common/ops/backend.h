@@ -27,6 +27,9 @@ class Backend {
   virtual Status Execute(const Response& response, const std::vector<TensorEntry*>& entries) = 0;
   virtual void Finalize() = 0;
   virtual void SetTimeline(Timeline* timeline) = 0;  // phases inside a collective (copy in, MPI call, copy out)
+  // A backend over the subset `ranks` (ascending, in this backend's numbering): collective over every rank of
+  // this backend; ranks outside the subset get null.
+  virtual Status CreateSubset(const std::vector<int>& ranks, std::unique_ptr<Backend>* out) = 0;
 };
 
 // comm_f: Fortran handle of an MPI communicator, or -1 for MPI_COMM_WORLD.

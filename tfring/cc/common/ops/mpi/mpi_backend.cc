@@ -1,4 +1,5 @@
 // The MPI backend: negotiation transport over the runtime's communicator and dispatch to collectives.
+#include <algorithm>
 #include <climits>
 
 #include "../backend.h"
@@ -74,6 +75,21 @@ class MpiBackend : public Backend {
   Status Init(int64_t comm_f, int64_t max_count) {
     ctx_.max_count = max_count;
     return ctx_.Init(comm_f);
+  }
+  Status CreateSubset(const std::vector<int>& ranks, std::unique_ptr<Backend>* out) override {
+    const bool member = std::binary_search(ranks.begin(), ranks.end(), ctx_.rank);
+    MPI_Comm sub = MPI_COMM_NULL;
+    TFR_CHECK_MPI(MPI_Comm_split(ctx_.comm, member ? 0 : MPI_UNDEFINED, ctx_.rank, &sub));
+    out->reset();
+    if (!member) return Status::OK();
+    std::unique_ptr<MpiBackend> b(new MpiBackend());
+    b->ctx_.max_count = ctx_.max_count;
+    b->ctx_.timeline = ctx_.timeline;
+    Status s = b->ctx_.Init(sub);  // duplicates sub
+    MPI_Comm_free(&sub);
+    if (!s.ok()) return s;
+    *out = std::move(b);
+    return Status::OK();
   }
   Transport& transport() override { return transport_; }
   Topology topology() const override {

@@ -53,8 +53,11 @@ Status MpiContext::Init(int64_t comm_f) {
   MPI_Initialized(&initialized);
   if (!initialized)
     return Status::PreconditionError("tfring: MPI is not initialized (import tfring initializes it through mpi4py)");
+  return Init(comm_f < 0 ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(comm_f)));
+}
+
+Status MpiContext::Init(MPI_Comm base) {
   MPI_Query_thread(&thread_level);
-  MPI_Comm base = comm_f < 0 ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(comm_f));
   TFR_CHECK_MPI(MPI_Comm_dup(base, &comm));
   // Errors come back as codes so they become Status values instead of aborting the job.
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);

@@ -34,6 +34,7 @@ struct MpiContext {
 
   // comm_f: a Fortran handle from mpi4py's comm.py2f(), or -1 for MPI_COMM_WORLD.
   Status Init(int64_t comm_f);
+  Status Init(MPI_Comm base);  // duplicates base
   void Finalize();
   MPI_Datatype Type(DataType t) const;
   MPI_Op Op(ReduceOp op, DataType t) const;
