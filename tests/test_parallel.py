@@ -1,5 +1,6 @@
-"""Real ranks: every tests/parallel/ranks_*.py file runs under mpirun at np=2 and np=3; each rank checks
-its own values, so a wrong value on any rank fails the job."""
+"""Real ranks: every tests/parallel/ranks_*.py file runs under mpirun at np=2 and np=3 (process-set files at np=2
+and np=4, so sets of two ranks exist); each rank checks its own values, so a wrong value on any rank fails the
+job."""
 import glob
 import os
 
@@ -10,8 +11,10 @@ from conftest import HERE, run_rank_pytest
 FILES = sorted(os.path.relpath(p, os.path.dirname(HERE)) for p in glob.glob(os.path.join(HERE, "parallel/ranks_*.py")))
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-@pytest.mark.parametrize("test_file", FILES)
+CASES = [(f, n) for f in FILES for n in ((2, 4) if "process_sets" in f else (2, 3))]
+
+
+@pytest.mark.parametrize("test_file,np_", CASES)
 def test_ranks(test_file, np_):
     proc = run_rank_pytest(np_, test_file)
     # Every rank must have run and passed tests (guards against a file that collects nothing).

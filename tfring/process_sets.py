@@ -173,6 +173,15 @@ def _assign_ids(process_sets):
     global_process_set.ranks = _get_process_set_ids_and_ranks().get(0, [])
 
 
+def _require_dynamic(fn):
+    import os
+    value = os.environ.get("TFRING_DYNAMIC_PROCESS_SETS", os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS", "0"))
+    if value.lower() not in ("1", "true"):
+        raise RuntimeError("tfring.%s: adding or removing process sets after init() needs "
+                           "TFRING_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1) on every rank; or pass "
+                           "them to init(process_sets=[...])" % fn)
+
+
 def _change(ranks, remove_id):
     c = _lib._c
     if c is None or not c.tfring_is_initialized():
@@ -194,6 +203,7 @@ def add_process_set(process_set):
         raise NotImplementedError("tfring.add_process_set: sets given by an MPI communicator can only be passed to "
                                   "init(process_sets=[...]); pass a list of ranks")
     from tfring.basics import size
+    _require_dynamic("add_process_set")
     bad = [r for r in process_set.ranks if not 0 <= r < size()]
     if bad or not process_set.ranks:
         raise ValueError("tfring.add_process_set: ranks %r must be a non-empty list in [0, %d)"
@@ -215,5 +225,6 @@ def remove_process_set(process_set):
     pid = getattr(process_set, "process_set_id", None)
     if pid is None or pid == 0:
         return False
+    _require_dynamic("remove_process_set")
     process_set._invalidate()
     return _change([], pid) >= 0

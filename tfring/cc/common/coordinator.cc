@@ -155,7 +155,7 @@ Response BuildResponse(const std::string& name, const std::vector<const Request*
             return std::to_string(r.root_rank >= 0 ? set.Global(r.root_rank) : -1 - r.root_rank); }))
         return resp;
       // A root outside a process set arrives as -1 - its global rank (runtime.cc).
-      if (first->root_rank < -1 && set.id != 0)
+      if (first->root_rank < 0 && set.id != 0)
         return invalid("tfring: broadcast of tensor '" + name + "': root_rank=" +
                        std::to_string(-1 - first->root_rank) + " is not a member of the process set");
       if (first->root_rank < 0 || first->root_rank >= size)

@@ -142,6 +142,11 @@ void Runtime::Enqueue(std::vector<TensorEntry> entries, int process_set_id) {
     // Horovod's broadcast root is a global rank; the set negotiates in its own numbering (a root outside the
     // set travels as -1 - root so the coordinator reports it on every rank).
     if (process_set_id != 0 && e.request.op == OpType::BROADCAST) {
+      if (e.request.root_rank < 0) {
+        s = Status::InvalidArgument("tfring: broadcast of tensor '" + e.request.name + "': root_rank=" +
+                                    std::to_string(e.request.root_rank) + " must be a global rank >= 0");
+        break;
+      }
       const int local = set->rank_in_set(e.request.root_rank);
       e.request.root_rank = local >= 0 ? local : -1 - e.request.root_rank;
     }
