@@ -149,6 +149,18 @@ def rocm_built():
     return False
 
 
+def ccl_built():
+    """Intel oneCCL: not a tfring backend."""
+    return False
+
+
+def ddl_built():
+    """IBM DDL: not a tfring backend."""
+    return False
+
+
+
+
 def gloo_enabled():
     return False
 

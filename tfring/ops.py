@@ -58,9 +58,20 @@ def _check_dtype(fn, tensor, allowed):
                         % (fn, tensor.dtype.name, ", ".join(d.name for d in allowed)))
 
 
-def _check_op(fn, op):
+def _check_op(fn, op, adasum=False):
+    if op == Adasum and adasum:
+        return
     if op not in _OP_NAMES:
-        raise ValueError("tfring.%s: op=%r is not supported; use Average, Sum, Min, Max or Product" % (fn, op))
+        raise ValueError("tfring.%s: op=%r is not supported; use Average, Sum, Min, Max or Product%s"
+                         % (fn, op, " (or Adasum)" if adasum else ""))
+
+
+def _check_adasum(fn, pid):
+    """Adasum runs on CPU over a power-of-two number of ranks (recursive doubling); refuse others up front."""
+    n = _set_size(pid)
+    if n & (n - 1):
+        raise NotImplementedError("tfring.%s: op=Adasum needs a power-of-two number of ranks in the process set, "
+                                  "got %d" % (fn, n))
 
 
 def _set_id(fn, process_set):
@@ -82,7 +93,7 @@ def _resolve_op(fn, op, average):
             raise ValueError("tfring.%s: pass either op or the deprecated average, not both" % fn)
         op = Average if average else Sum
     op = Average if op is None else op
-    _check_op(fn, op)
+    _check_op(fn, op, adasum=True)
     return op
 
 
@@ -105,6 +116,11 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     """Reduces `tensor` over all ranks (default Average). tf.IndexedSlices are allgathered, as in Horovod."""
     op = _resolve_op("allreduce", op, average)
     pid = _set_id("allreduce", process_set)
+    if op == Adasum:
+        if isinstance(tensor, tf.IndexedSlices):
+            raise NotImplementedError("tfring.allreduce: Adasum does not support tf.IndexedSlices; pass dense "
+                                      "gradients (sparse_as_dense=True)")
+        _check_adasum("allreduce", pid)
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Average, Sum):
             raise NotImplementedError("tfring.allreduce: op=%s is not supported for tf.IndexedSlices (only Average "
@@ -131,6 +147,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     """Allreduces a list of tensors negotiated and fused together (one op per dtype)."""
     op = _resolve_op("grouped_allreduce", op, average)
     pid = _set_id("grouped_allreduce", process_set)
+    if op == Adasum:
+        _check_adasum("grouped_allreduce", pid)
     tensors = list(tensors)
     if not tensors:
         return []

@@ -147,6 +147,15 @@ Response BuildResponse(const std::string& name, const std::vector<const Request*
       if (check("reduce op", [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); })) return resp;
       if (check("prescale_factor", [](const Request& r) { return Num(r.prescale); })) return resp;
       if (check("postscale_factor", [](const Request& r) { return Num(r.postscale); })) return resp;
+      if (resp.reduce_op == ReduceOp::ADASUM) {
+        if (resp.op != OpType::ALLREDUCE || !IsFloatingPoint(resp.dtype) || (size & (size - 1)) != 0 ||
+            joined > 0 || first->device >= 0)
+          return invalid("tfring: Adasum of tensor '" + name + "' needs an allreduce of a floating-point CPU tensor "
+                         "over a power-of-two number of ranks with none joined; got " +
+                         std::string(OpTypeName(resp.op)) + " of " + DataTypeName(resp.dtype) + " on " +
+                         std::to_string(size) + " ranks" + (joined > 0 ? " (some joined)" : "") +
+                         (first->device >= 0 ? " (GPU)" : ""));
+      }
       resp.shape = first->shape;
       resp.sizes = {NumElements(first->shape)};
       break;

@@ -14,9 +14,9 @@ class AllreduceOp : public tfw::AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
     OP_REQUIRES_OK(c, c->GetAttr("ignore_name_scope", &ignore_name_scope));
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
-    OP_REQUIRES(c, reduce_op >= 0 && reduce_op <= 5 && reduce_op != static_cast<int>(ReduceOp::ADASUM),
+    OP_REQUIRES(c, reduce_op >= 0 && reduce_op <= 5,
                 tfw::errors::InvalidArgument("tfring: unsupported reduce_op=", reduce_op,
-                                             " (Average=0, Sum=1, Min=3, Max=4, Product=5; Adasum is not supported)"));
+                                             " (Average=0, Sum=1, Adasum=2, Min=3, Max=4, Product=5)"));
     reduce_op_ = static_cast<ReduceOp>(reduce_op);
     name_ = TensorName(c, ignore_name_scope);
   }

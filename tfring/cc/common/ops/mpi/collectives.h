@@ -11,6 +11,7 @@ namespace tfring {
 using Entries = std::vector<TensorEntry*>;
 
 Status MpiAllreduce(MpiContext& ctx, const Response& r, const Entries& entries);
+Status MpiAdasum(MpiContext& ctx, const Response& r, const Entries& entries);  // power-of-two sets, floats
 Status MpiAllgather(MpiContext& ctx, const Response& r, const Entries& entries);
 Status MpiBroadcast(MpiContext& ctx, const Response& r, const Entries& entries);
 Status MpiAlltoall(MpiContext& ctx, const Response& r, const Entries& entries);

@@ -103,7 +103,8 @@ class MpiBackend : public Backend {
   }
   Status Execute(const Response& r, const std::vector<TensorEntry*>& entries) override {
     switch (r.op) {
-      case OpType::ALLREDUCE: return MpiAllreduce(ctx_, r, entries);
+      case OpType::ALLREDUCE:
+        return r.reduce_op == ReduceOp::ADASUM ? MpiAdasum(ctx_, r, entries) : MpiAllreduce(ctx_, r, entries);
       case OpType::ALLGATHER: return MpiAllgather(ctx_, r, entries);
       case OpType::BROADCAST: return MpiBroadcast(ctx_, r, entries);
       case OpType::ALLTOALL: return MpiAlltoall(ctx_, r, entries);
