@@ -16,17 +16,20 @@ _lib.check_tensorflow_version()  # fails here, with how to rebuild, if the libra
 __version__ = "0.1.0"
 
 _API = {
-    "tfring.basics": ["cross_rank", "cross_size", "cuda_built", "gloo_built", "gloo_enabled", "init",
-                      "is_homogeneous", "is_initialized", "knob_table", "local_rank", "local_size", "mpi_built",
+    "tfring.basics": ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built",
+                      "gloo_enabled", "init", "is_homogeneous", "is_initialized", "knob_table", "local_rank", "local_size", "mpi_built",
                       "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size",
                       "start_timeline", "stop_timeline", "tunables"],
     "tfring.compression": ["Compression"],
-    "tfring.functions": ["allgather_object", "broadcast_object", "broadcast_variables"],
+    "tfring.functions": ["allgather_object", "broadcast_", "broadcast_global_variables", "broadcast_object",
+                         "broadcast_object_fn", "broadcast_variables"],
     "tfring.ops": ["Adasum", "Average", "Max", "Min", "Product", "ReduceOp", "Sum", "allgather", "allreduce",
                    "alltoall", "barrier", "broadcast", "grouped_allgather", "grouped_allreduce",
-                   "grouped_reducescatter", "join", "local_rank_op", "local_size_op", "rank_op", "reducescatter",
-                   "size_op"],
-    "tfring.tape": ["DistributedGradientTape"],
+                   "grouped_reducescatter", "join", "local_rank_op", "local_size_op", "process_set_included_op",
+                   "rank_op", "reducescatter", "size_op"],
+    "tfring.process_sets": ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"],
+    "tfring.sync_batch_norm": ["SyncBatchNormalization"],
+    "tfring.tape": ["DistributedGradientTape", "PartialDistributedGradientTape"],
 }
 _WHERE = {name: module for module, names in _API.items() for name in names}
 __all__ = sorted(_WHERE)

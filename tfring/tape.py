@@ -1,50 +1,188 @@
-"""DistributedGradientTape: a GradientTape whose gradient() returns gradients averaged over ranks."""
+"""DistributedGradientTape / PartialDistributedGradientTape, and GradientReducer: what they and both Keras
+DistributedOptimizers do to a list of gradients (grouping, worker-local variables, process sets)."""
+import sys
+import warnings
+
 import tensorflow as tf
 
 from tfring.compression import Compression
+from tfring.functions import process_set_size
 from tfring.ops import Average, grouped_allreduce
 
 
-def _densify(grad):
-    return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad
+def var_key(var):
+    """Hashable identity of a variable; a Keras 3 Variable and the tf.Variable it wraps are one variable."""
+    inner = getattr(var, "_value", None)
+    if isinstance(inner, tf.Variable):
+        var = inner
+    return var.ref() if isinstance(var, tf.Variable) else id(var)
+
+
+def _is_variable(v):
+    return isinstance(v, tf.Variable) or isinstance(getattr(v, "_value", None), tf.Variable)
+
+
+def check_groups(who, groups, num_groups):
+    """Horovod's grouping arguments: an int splits the gradients into that many contiguous groups; a list of
+    variable lists puts each list in one group (every other gradient is a group of its own). num_groups is the
+    deprecated spelling of an int `groups`. Returns None, an int >= 1, or a list of lists of variables."""
+    if type(num_groups) is not int or num_groups < 0:
+        raise ValueError("%s: num_groups=%r must be an int >= 0" % (who, num_groups))
+    if num_groups:
+        warnings.warn("%s: num_groups is deprecated (as in Horovod); use groups=%d" % (who, num_groups),
+                      DeprecationWarning, stacklevel=3)
+        if groups is None:
+            groups = num_groups
+    if groups is None:
+        return None
+    if type(groups) is int:
+        if groups < 1:
+            raise ValueError("%s: groups=%r must be an int >= 1 or a list of lists of variables" % (who, groups))
+        return groups
+    if not isinstance(groups, (list, tuple)):
+        raise ValueError("%s: groups=%r must be an int >= 1 or a list of lists of variables" % (who, groups))
+    seen = set()
+    for group in groups:
+        if not isinstance(group, (list, tuple)) or not all(_is_variable(v) for v in group):
+            raise ValueError("%s: groups must be a list of lists of variables; got the element %r" % (who, group))
+        for v in group:
+            if var_key(v) in seen:
+                raise ValueError("%s: groups lists the variable %r more than once" % (who, v.name))
+            seen.add(var_key(v))
+    return [list(g) for g in groups]
+
+
+def local_layer_variables(who, local_layers):
+    """The trainable variables of local_layers (a Keras layer, a list of them, or None)."""
+    if local_layers is None:
+        return []
+    import keras
+    layer_types = (keras.layers.Layer,) + ((sys.modules["tf_keras"].layers.Layer,) if "tf_keras" in sys.modules
+                                           else ())
+    if isinstance(local_layers, layer_types):
+        local_layers = [local_layers]
+    local_layers = list(local_layers)
+    for layer in local_layers:
+        if not isinstance(layer, layer_types):
+            raise ValueError("%s: local_layers must be Keras layers; got %r" % (who, layer))
+        if not layer.built:
+            raise ValueError("%s: local layer %r is not built yet, so it has no variables to keep local; build "
+                             "the model first" % (who, layer.name))
+    return [v for layer in local_layers for v in layer.trainable_weights]
+
+
+class GradientReducer:
+    """Reduces gradients over the ranks of process_set, except those of registered local variables, which stay
+    local (divided by the process set's size when scale_local_gradients, as in Horovod)."""
+
+    def __init__(self, who, op=Average, compression=Compression.none, sparse_as_dense=False,
+                 gradient_predivide_factor=1.0, groups=None, num_groups=0, process_set=None, device_dense="",
+                 device_sparse="", scale_local_gradients=True):
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("%s: gradient_predivide_factor=%r needs op=Average" % (who, gradient_predivide_factor))
+        self.who = who
+        self.op, self.compression, self.sparse_as_dense = op, compression, sparse_as_dense
+        self.predivide = gradient_predivide_factor
+        self.groups = check_groups(who, groups, num_groups)
+        self.process_set = process_set
+        self.devices = (device_dense, device_sparse)
+        self.scale_local_gradients = scale_local_gradients
+        self.local = {}  # var_key -> variable (kept alive so an id() key stays valid)
+
+    def register_local(self, var):
+        self.local[var_key(var)] = var
+
+    def is_local(self, var):
+        return var_key(var) in self.local
+
+    def _split(self, present, keys):
+        """Index lists, one per grouped allreduce."""
+        if self.groups is None:
+            return [present]
+        if isinstance(self.groups, int):
+            d, r = divmod(len(present), self.groups)
+            chunks = [present[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(self.groups)]
+            return [c for c in chunks if c]
+        if keys is None:
+            raise ValueError("%s: groups as lists of variables needs the variables of the gradients" % self.who)
+        where = {k: gi for gi, group in enumerate(self.groups) for k in map(var_key, group)}
+        split = [[] for _ in self.groups]
+        alone = []
+        for i in present:
+            (split[where[keys[i]]] if keys[i] in where else alone).append(i)
+        return [s for s in split if s] + [[i] for i in alone]
+
+    def reduce(self, grads, variables=None):
+        """grads: a flat list (None allowed, stays None); variables: the matching variables, or None."""
+        grads = list(grads)
+        keys = [var_key(v) for v in variables] if variables is not None else None
+        local = set(i for i in range(len(grads)) if keys is not None and keys[i] in self.local)
+        present = [i for i, g in enumerate(grads) if g is not None and i not in local]
+        pre, post = (1.0 / self.predivide, self.predivide) if self.op == Average else (1.0, 1.0)
+        out = list(grads)
+        for idx in self._split(present, keys):
+            values = [tf.convert_to_tensor(grads[i]) if self.sparse_as_dense and isinstance(grads[i], tf.IndexedSlices)
+                      else grads[i] for i in idx]
+            reduced = grouped_allreduce(values, op=self.op, compression=self.compression, prescale_factor=pre,
+                                        postscale_factor=post, process_set=self.process_set,
+                                        device_dense=self.devices[0], device_sparse=self.devices[1])
+            for i, r in zip(idx, reduced):
+                out[i] = r
+        n = process_set_size(self.process_set)
+        if self.scale_local_gradients and n > 1:
+            # Horovod divides local gradients by the set's size too (horovod pull 3695), so a local variable
+            # moves at the same scale as the averaged global ones.
+            for i in local:
+                g = grads[i]
+                if isinstance(g, tf.IndexedSlices):
+                    out[i] = tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices, g.dense_shape)
+                elif g is not None:
+                    out[i] = g / tf.cast(n, g.dtype)
+        return out
 
 
 class _DistributedGradientTape(tf.GradientTape):
-    def __init__(self, tape, op, compression, sparse_as_dense, gradient_predivide_factor):
+    def __init__(self, tape, reducer):
         # Adopt the user's tape state: it already recorded the forward pass.
         self.__dict__ = tape.__dict__
-        self._tfring_op = op
-        self._tfring_compression = compression
-        self._tfring_sparse_as_dense = sparse_as_dense
-        self._tfring_predivide = gradient_predivide_factor
+        self._tfring_reducer = reducer
 
-    def gradient(self, target, sources, output_gradients=None, **kwargs):
+    def register_local_source(self, source):
+        """Its gradient is not reduced over ranks (only scaled, see scale_local_gradients)."""
+        self._tfring_reducer.register_local(source)
+
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False, **kwargs):
         grads = super().gradient(target, sources, output_gradients, **kwargs)
-        return reduce_gradients(grads, self._tfring_op, self._tfring_compression, self._tfring_sparse_as_dense,
-                                self._tfring_predivide)
+        flat_sources = tf.nest.flatten(sources)
+        flat = self._tfring_reducer.reduce(tf.nest.flatten(grads), flat_sources)
+        return tf.nest.pack_sequence_as(grads, flat)
 
-
-def reduce_gradients(grads, op=Average, compression=Compression.none, sparse_as_dense=False,
-                     gradient_predivide_factor=1.0):
-    """Allreduces a (possibly nested) structure of gradients in one grouped, fused collective. None stays None."""
-    flat = tf.nest.flatten(grads, expand_composites=False)
-    present = [i for i, g in enumerate(flat) if g is not None]
-    values = [_densify(flat[i]) if sparse_as_dense else flat[i] for i in present]
-    pre, post = 1.0, 1.0
-    if gradient_predivide_factor != 1.0 and op == Average:
-        from tfring.basics import size
-        pre, post = 1.0 / gradient_predivide_factor, gradient_predivide_factor
-    reduced = grouped_allreduce(values, op=op, compression=compression, prescale_factor=pre,
-                                postscale_factor=post) if values else []
-    for i, r in zip(present, reduced):
-        flat[i] = r
-    return tf.nest.pack_sequence_as(grads, flat, expand_composites=False)
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None):
+        """([(source, grad) of local sources], [(source, grad) of the others]), gradients as gradient() gives."""
+        pairs = list(zip(sources, self.gradient(target, sources, output_gradients)))
+        local = [p for p in pairs if self._tfring_reducer.is_local(p[0])]
+        return local, [p for p in pairs if not self._tfring_reducer.is_local(p[0])]
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
                             sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                            groups=None, process_set=None):
-    """Wraps a tf.GradientTape so that tape.gradient() averages gradients over all ranks."""
-    if process_set not in (None, 0):
-        raise NotImplementedError("tfring.DistributedGradientTape: process_set=%r is not supported" % (process_set,))
-    return _DistributedGradientTape(gradtape, op, compression, sparse_as_dense, gradient_predivide_factor)
+                            groups=None, process_set=None, scale_local_gradients=True):
+    """Wraps a tf.GradientTape so that tape.gradient() averages (op) gradients over the ranks of process_set."""
+    reducer = GradientReducer("tfring.DistributedGradientTape", op, compression, sparse_as_dense,
+                              gradient_predivide_factor, groups, num_groups, process_set, device_dense,
+                              device_sparse, scale_local_gradients)
+    return _DistributedGradientTape(gradtape, reducer)
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                                   sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
+                                   num_groups=0, groups=None, process_set=None, local_layers=None,
+                                   scale_local_gradients=True):
+    """DistributedGradientTape whose gradients of local_layers' trainable variables are not reduced."""
+    local_vars = local_layer_variables("tfring.PartialDistributedGradientTape", local_layers)
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set,
+                                   scale_local_gradients)
+    for v in local_vars:
+        tape.register_local_source(v)
+    return tape

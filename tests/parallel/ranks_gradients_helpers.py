@@ -1,4 +1,6 @@
-"""Gradients of every differentiable collective, the helpers, DistributedGradientTape and join."""
+"""Gradients of every differentiable collective, the helpers, DistributedGradientTape and join. Gradients follow
+Horovod's conventions (its published test suite expects them): an allgather's or broadcast's upstream grads are
+averaged over the ranks, a reducescatter's Sum grad is scaled by the number of ranks."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -48,13 +50,26 @@ def test_grouped_allreduce_gradient():
 def test_allgather_gradient(graph):
     x = tf.ones([R + 1, 2])
     g = grad_of(lambda t: hvd.allgather(t), x, graph)
-    # Every rank's loss weights the whole gathered tensor by (rank+1): summed over ranks.
-    np.testing.assert_allclose(g.numpy(), np.full([R + 1, 2], sum(range(1, N + 1))))
+    # Every rank's loss weights the whole gathered tensor by (rank+1): averaged over ranks, then this rank's rows.
+    np.testing.assert_allclose(g.numpy(), np.full([R + 1, 2], sum(range(1, N + 1)) / N))
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_grouped_allgather_gradient(graph):
+    def run(a, b):
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            ya, yb = hvd.grouped_allgather([a, b])
+            loss = tf.reduce_sum(ya) * (R + 1) + tf.reduce_sum(yb * tf.cast(tf.range(tf.shape(yb)[0]), tf.float32))
+        return tape.gradient(loss, [a, b])
+    ga, gb = (tf.function(run) if graph else run)(tf.ones([R + 1]), tf.ones([2]))
+    np.testing.assert_allclose(ga.numpy(), [sum(range(1, N + 1)) / N] * (R + 1))
+    np.testing.assert_allclose(gb.numpy(), [2.0 * R, 2.0 * R + 1])  # this rank's rows of yb's row index
 
 
 def test_broadcast_gradient():
     g = grad_of(lambda t: hvd.broadcast(t, root_rank=0), tf.constant([1.0, 1.0]))
-    np.testing.assert_allclose(g.numpy(), [sum(range(1, N + 1)) if R == 0 else 0.0] * 2)
+    np.testing.assert_allclose(g.numpy(), [sum(range(1, N + 1)) / N if R == 0 else 0.0] * 2)
 
 
 def test_alltoall_gradient():
@@ -68,8 +83,19 @@ def test_alltoall_gradient():
 def test_reducescatter_gradient(op):
     x = tf.ones([N, 2])
     g = grad_of(lambda t: hvd.reducescatter(t, op=op), x)
-    want = np.repeat(np.arange(1, N + 1)[:, None], 2, axis=1) / (N if op == hvd.Average else 1)
+    want = np.repeat(np.arange(1, N + 1)[:, None], 2, axis=1) * (N if op == hvd.Sum else 1)
     np.testing.assert_allclose(g.numpy(), want)
+
+
+def test_grouped_reducescatter_gradient():
+    a, b = tf.ones([N, 2]), tf.ones([2 * N])
+    with tf.GradientTape() as tape:
+        tape.watch([a, b])
+        ya, yb = hvd.grouped_reducescatter([a, b], op=hvd.Sum)
+        loss = (tf.reduce_sum(ya) + tf.reduce_sum(yb) * 2) * (R + 1)
+    ga, gb = tape.gradient(loss, [a, b])
+    np.testing.assert_allclose(ga.numpy(), np.repeat(np.arange(1, N + 1)[:, None], 2, axis=1) * N)
+    np.testing.assert_allclose(gb.numpy(), np.repeat(np.arange(1, N + 1), 2) * 2.0 * N)
 
 
 def test_broadcast_variables():

@@ -149,3 +149,13 @@ def test_mismatch_and_stall_name_the_set():
         time.sleep(7)
     hvd.barrier()
     assert hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, process_set=MINE, name="ps_after").numpy()[0] == len(MEMBERS)
+
+
+def test_join_within_a_set():
+    """The set's other members join first; the last one reduces alone (joined ranks contribute zeros) and then
+    joins; every member learns the last joiner as a global rank."""
+    if R == MEMBERS[-1]:
+        got = hvd.allreduce(tf.constant([5.0]), op=hvd.Sum, process_set=MINE, name="ps_join_alone").numpy()[0]
+        assert got == 5.0
+    assert hvd.join(process_set=MINE) == MEMBERS[-1]
+    hvd.barrier()

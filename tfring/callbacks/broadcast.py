@@ -1,15 +1,31 @@
-"""Start every rank from root_rank's weights and optimizer state."""
+"""Start every rank (of process_set) from root_rank's weights and optimizer state."""
 from tfring.callbacks._base import Callback, optimizer_built
 
 import tfring
+from tfring.tape import var_key
 
 
 class BroadcastGlobalVariablesCallback(Callback):
-    def __init__(self, root_rank=0, device=""):
+    """local_variables (or register_local_var) are left alone: each rank keeps its own values."""
+
+    def __init__(self, root_rank=0, device="", local_variables=None, process_set=None):
         super().__init__()
         self.root_rank = root_rank
+        self.process_set = process_set
         self._model_done = False
         self._optimizer_done = False
+        self._local = {}  # var_key -> variable (kept alive so an id() key stays valid)
+        if local_variables is not None:
+            if hasattr(local_variables, "assign"):
+                local_variables = [local_variables]
+            for v in local_variables:
+                if not hasattr(v, "assign"):
+                    raise ValueError("BroadcastGlobalVariablesCallback: local_variables must be variables; got %r"
+                                     % (v,))
+                self.register_local_var(v)
+
+    def register_local_var(self, var):
+        self._local[var_key(var)] = var
 
     def _broadcast(self):
         opt = getattr(self.model, "optimizer", None)
@@ -20,8 +36,9 @@ class BroadcastGlobalVariablesCallback(Callback):
         if opt is not None and optimizer_built(opt) and not self._optimizer_done:
             variables += list(opt.variables)
             self._optimizer_done = True
+        variables = [v for v in variables if var_key(v) not in self._local]
         if variables:
-            tfring.broadcast_variables(variables, self.root_rank)
+            tfring.broadcast_variables(variables, self.root_rank, process_set=self.process_set)
 
     def on_train_begin(self, logs=None):
         # Keras 3 builds the optimizer before on_train_begin, so one broadcast covers everything.

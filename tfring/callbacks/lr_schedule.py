@@ -2,6 +2,7 @@
 from tfring.callbacks._base import Callback
 
 import tfring
+from tfring.functions import process_set_size
 
 
 class LearningRateScheduleCallback(Callback):
@@ -52,15 +53,18 @@ class LearningRateScheduleCallback(Callback):
 
 class LearningRateWarmupCallback(LearningRateScheduleCallback):
     """Ramps lr from initial_lr / size to initial_lr over warmup_epochs, batch by batch (Goyal et al.):
-    lr(e) = initial_lr / size * (e * (size - 1) / warmup_epochs + 1), e the fractional epoch."""
+    lr(e) = initial_lr / size * (e * (size - 1) / warmup_epochs + 1), e the fractional epoch; size is that
+    of process_set (default: all ranks)."""
 
-    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0,
+                 process_set=None):
         def multiplier(epoch):
-            n = tfring.size()
+            n = process_set_size(self.process_set)
             return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
         super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs, staircase=False,
                          momentum_correction=momentum_correction, steps_per_epoch=steps_per_epoch, verbose=verbose)
         self.warmup_epochs = warmup_epochs
+        self.process_set = process_set
 
     def on_epoch_end(self, epoch, logs=None):
         if epoch == self.warmup_epochs - 1:

@@ -1,22 +1,25 @@
-"""Average epoch-end metrics over ranks so every rank (and rank 0's logs) sees the global value."""
+"""Average epoch-end metrics over the ranks (of process_set) so every rank sees the global value."""
 from tfring.callbacks._base import Callback
 import numpy as np
 import tensorflow as tf
 
 import tfring
+from tfring.functions import process_set_size
 
 
 class MetricAverageCallback(Callback):
-    def __init__(self, device=""):
+    def __init__(self, device="", process_set=None):
         super().__init__()
+        self.process_set = process_set
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs is None or tfring.size() == 1:
+        if logs is None or process_set_size(self.process_set) == 1:
             return
         keys = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and isinstance(float(v), float))
         if not keys:
             return
         values = tf.constant([float(logs[k]) for k in keys], tf.float64)
-        averaged = tfring.allreduce(values, op=tfring.Average, name="tfring_metric_average").numpy()
+        averaged = tfring.allreduce(values, op=tfring.Average, name="tfring_metric_average",
+                                    process_set=self.process_set).numpy()
         for k, v in zip(keys, averaged):
             logs[k] = float(v)

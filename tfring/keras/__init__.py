@@ -6,28 +6,29 @@ import tensorflow as tf
 import tfring as _tfring
 from tfring import *  # noqa: F401,F403  init, rank, size, Compression, Average, ...
 from tfring.keras import callbacks  # noqa: F401
-from tfring.keras.optimizer import DistributedOptimizer
+from tfring.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 
 
 def _to_tensor(value):
     return tf.convert_to_tensor(keras.ops.convert_to_numpy(value) if not tf.is_tensor(value) else value)
 
 
-def allreduce(value, name=None, average=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce(value, name=None, average=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=None):
     """Allreduce of a numpy or Keras value; returns a numpy array."""
-    return _tfring.allreduce(_to_tensor(value), name=name, average=average, op=op,
-                             prescale_factor=prescale_factor, postscale_factor=postscale_factor).numpy()
+    return _tfring.allreduce(_to_tensor(value), name=name, average=average, op=op, prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor, process_set=process_set).numpy()
 
 
-def allgather(value, name=None):
-    return _tfring.allgather(_to_tensor(value), name=name).numpy()
+def allgather(value, name=None, process_set=None):
+    return _tfring.allgather(_to_tensor(value), name=name, process_set=process_set).numpy()
 
 
-def broadcast(value, root_rank, name=None):
-    return _tfring.broadcast(_to_tensor(value), root_rank, name=name).numpy()
+def broadcast(value, root_rank, name=None, process_set=None):
+    return _tfring.broadcast(_to_tensor(value), root_rank, name=name, process_set=process_set).numpy()
 
 
-def broadcast_global_variables(root_rank, model=None):
+def broadcast_global_variables(root_rank, model=None, process_set=None):
     """Broadcasts a model's (and its built optimizer's) variables from root_rank. Keras 3 has no global
     variable collection, so the model is required."""
     if model is None:
@@ -36,7 +37,7 @@ def broadcast_global_variables(root_rank, model=None):
     variables = list(model.variables)
     if getattr(model, "optimizer", None) is not None and model.optimizer.built:
         variables += list(model.optimizer.variables)
-    _tfring.broadcast_variables(variables, root_rank)
+    _tfring.broadcast_variables(variables, root_rank, process_set=process_set)
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=True):

@@ -1,33 +1,40 @@
 """DistributedOptimizer for tf_keras (Keras 2, TF_USE_LEGACY_KERAS=1): a public-API wrapper of the inner
 tf_keras optimizer that allreduces gradients in apply_gradients() and delegates the update."""
-import tensorflow as tf
 import tf_keras
 
-from tfring.basics import size
 from tfring.compression import Compression
+from tfring.functions import process_set_size
 from tfring.keras._delegate import InnerOptimizerDelegation
 from tfring.ops import Average, Sum
-from tfring.tape import reduce_gradients
+from tfring.tape import GradientReducer
 
 
 @tf_keras.utils.register_keras_serializable(package="tfring")
 class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.Optimizer):
     def __init__(self, optimizer, name=None, op=Average, compression=Compression.none, sparse_as_dense=False,
-                 gradient_predivide_factor=1.0, **kwargs):
+                 gradient_predivide_factor=1.0, groups=None, num_groups=0, process_set=None, device_dense="",
+                 device_sparse="", scale_local_gradients=True, **kwargs):
         if not isinstance(optimizer, tf_keras.optimizers.Optimizer):
             raise TypeError("tfring.keras.DistributedOptimizer (tf_keras): optimizer must be a "
                             "tf_keras.optimizers.Optimizer, got %r" % (optimizer,))
         if op not in (Average, Sum):
             raise ValueError("tfring.keras.DistributedOptimizer: op=%r must be Average or Sum" % (op,))
-        for unsupported in ("backward_passes_per_step", "average_aggregated_gradients", "groups"):
-            if kwargs.pop(unsupported, None) not in (None, 1, False):
-                raise NotImplementedError("tfring.keras.DistributedOptimizer (tf_keras): %s is only supported "
-                                          "with Keras 3" % unsupported)
-        for ignored in ("device_dense", "device_sparse", "process_set"):
-            kwargs.pop(ignored, None)
+        for unsupported in ("backward_passes_per_step", "average_aggregated_gradients"):
+            if kwargs.get(unsupported) not in (None, 1, False):
+                raise NotImplementedError("tfring.keras.DistributedOptimizer (tf_keras): %s=%r is only supported "
+                                          "with Keras 3" % (unsupported, kwargs[unsupported]))
+            kwargs.pop(unsupported, None)
+        reducer = GradientReducer("tfring.keras.DistributedOptimizer (tf_keras)", op, compression, sparse_as_dense,
+                                  gradient_predivide_factor, groups, num_groups, process_set, device_dense,
+                                  device_sparse, scale_local_gradients)
         super().__init__(name=name or "Distributed%s" % type(optimizer).__name__, **kwargs)
         self.inner_optimizer = optimizer
         self._tfring_args = (op, compression, sparse_as_dense, gradient_predivide_factor)
+        self._tfring_reducer = reducer
+
+    def register_local_var(self, var):
+        """var's gradient is not reduced over ranks (only scaled, see scale_local_gradients)."""
+        self._tfring_reducer.register_local(var)
 
     def build(self, var_list):
         self.inner_optimizer.build(var_list)
@@ -47,16 +54,19 @@ class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.O
         grads_and_vars = list(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         variables = [v for _, v in grads_and_vars]
-        if size() > 1:
-            grads = reduce_gradients(grads, *self._tfring_args)
+        if process_set_size(self._tfring_reducer.process_set) > 1:
+            grads = self._tfring_reducer.reduce(grads, variables)
         return self.inner_optimizer.apply_gradients(zip(grads, variables), name=name,
                                                     skip_gradients_aggregation=skip_gradients_aggregation, **kwargs)
 
     def get_config(self):
         op, compression, sparse_as_dense, predivide = self._tfring_args
+        groups = self._tfring_reducer.groups
         return {"name": self.name, "optimizer": tf_keras.optimizers.serialize(self.inner_optimizer), "op": op,
                 "compression": {Compression.none: "none", Compression.fp16: "fp16", Compression.bf16: "bf16"}[
-                    compression], "sparse_as_dense": sparse_as_dense, "gradient_predivide_factor": predivide}
+                    compression], "sparse_as_dense": sparse_as_dense, "gradient_predivide_factor": predivide,
+                "groups": groups if isinstance(groups, int) else None,
+                "scale_local_gradients": self._tfring_reducer.scale_local_gradients}
 
     @classmethod
     def from_config(cls, config, custom_objects=None):

@@ -3,11 +3,11 @@ keras.optimizers.LossScaleOptimizer) and allreduces gradients in apply() before 
 import keras
 from keras import ops
 
-from tfring.basics import size
 from tfring.keras._delegate import InnerOptimizerDelegation
 from tfring.compression import Compression
+from tfring.functions import process_set_size
 from tfring.ops import Average, Sum
-from tfring.tape import reduce_gradients
+from tfring.tape import GradientReducer, local_layer_variables
 
 _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16, "bf16": Compression.bf16}
 
@@ -22,10 +22,14 @@ def _compression_name(c):
 
 @keras.saving.register_keras_serializable(package="tfring")
 class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer):
-    """Averages (op=Average) or sums (op=Sum) gradients over all ranks, then applies the inner optimizer.
+    """Averages (op=Average) or sums (op=Sum) gradients over the ranks of process_set (default: all), then
+    applies the inner optimizer.
 
     backward_passes_per_step=k accumulates k local gradients and communicates once every k steps
-    (sum of the k gradients, or their mean with average_aggregated_gradients=True)."""
+    (sum of the k gradients, or their mean with average_aggregated_gradients=True). groups / num_groups:
+    see tfring.DistributedGradientTape. register_local_var(v): v's gradient stays local (divided by the
+    process set's size when scale_local_gradients). groups given as variable lists, process_set and local
+    variables are not part of get_config()."""
 
     def __new__(cls, optimizer=None, *args, **kwargs):
         # A tf_keras (Keras 2) optimizer gets the tf_keras wrapper: one public name for both Keras versions.
@@ -36,7 +40,8 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
 
     def __init__(self, optimizer, name=None, op=Average, compression=Compression.none, sparse_as_dense=False,
                  backward_passes_per_step=1, average_aggregated_gradients=False, gradient_predivide_factor=1.0,
-                 groups=None, device_dense="", device_sparse="", process_set=None, **kwargs):
+                 groups=None, device_dense="", device_sparse="", process_set=None, num_groups=0,
+                 scale_local_gradients=True, **kwargs):
         if isinstance(optimizer, dict):
             optimizer = keras.optimizers.deserialize(optimizer)
         if not isinstance(optimizer, keras.optimizers.Optimizer):
@@ -50,11 +55,12 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("tfring.keras.DistributedOptimizer: gradient_predivide_factor=%r needs op=Average"
                              % (gradient_predivide_factor,))
-        if process_set not in (None, 0):
-            raise NotImplementedError("tfring.keras.DistributedOptimizer: process_set is not supported")
         if isinstance(compression, str):
             compression = _COMPRESSIONS[compression]
         _compression_name(compression)
+        reducer = GradientReducer("tfring.keras.DistributedOptimizer", op, compression, sparse_as_dense,
+                                  gradient_predivide_factor, groups, num_groups, process_set, device_dense,
+                                  device_sparse, scale_local_gradients)
         kwargs.pop("learning_rate", None)
         super().__init__(learning_rate=0.0, name=name or "Distributed%s" % type(optimizer).__name__, **kwargs)
         self.inner_optimizer = optimizer
@@ -64,6 +70,12 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         self.backward_passes_per_step = backward_passes_per_step
         self.average_aggregated_gradients = average_aggregated_gradients
         self.gradient_predivide_factor = gradient_predivide_factor
+        self.process_set = process_set
+        self._reducer = reducer
+
+    def register_local_var(self, var):
+        """var's gradient is not reduced over ranks (only scaled, see scale_local_gradients)."""
+        self._reducer.register_local(var)
 
     def build(self, var_list):
         self.inner_optimizer.build(var_list)
@@ -76,19 +88,19 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     def variables(self):
         return self._variables + self.inner_optimizer.variables
 
-    def _reduce(self, grads):
-        if size() == 1:
+    def _reduce(self, grads, variables):
+        if process_set_size(self.process_set) == 1:
             return list(grads)  # nothing to communicate: bitwise identical to the inner optimizer
-        return reduce_gradients(list(grads), self.op, self.compression, self.sparse_as_dense,
-                                self.gradient_predivide_factor)
+        return self._reducer.reduce(grads, variables)
 
     def apply(self, grads, trainable_variables=None):
         if not self.built:
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
+        variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
         if self.backward_passes_per_step == 1:
-            self.inner_optimizer.apply(self._reduce(grads), trainable_variables)
+            self.inner_optimizer.apply(self._reduce(grads, variables), trainable_variables)
             return
         import tensorflow as tf
         for acc, g in zip(self._accumulators, grads):
@@ -100,7 +112,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             k = float(self.backward_passes_per_step)
             total = [a / k if self.average_aggregated_gradients else ops.convert_to_tensor(a)
                      for a in self._accumulators]
-            self.inner_optimizer.apply(self._reduce(total), trainable_variables)
+            self.inner_optimizer.apply(self._reduce(total, variables), trainable_variables)
             for a in self._accumulators:
                 a.assign(ops.zeros_like(a))
             return ops.convert_to_tensor(True)
@@ -121,6 +133,8 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             "backward_passes_per_step": self.backward_passes_per_step,
             "average_aggregated_gradients": self.average_aggregated_gradients,
             "gradient_predivide_factor": self.gradient_predivide_factor,
+            "groups": self._reducer.groups if isinstance(self._reducer.groups, int) else None,
+            "scale_local_gradients": self._reducer.scale_local_gradients,
         }
 
     @classmethod
@@ -128,3 +142,18 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         config = dict(config)
         inner = keras.saving.deserialize_keras_object(config.pop("optimizer"), custom_objects=custom_objects)
         return cls(inner, **config)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
+                                sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, groups=None,
+                                process_set=None, local_layers=None, scale_local_gradients=True, **kwargs):
+    """DistributedOptimizer (Keras 3 or tf_keras) that keeps the gradients of local_layers' trainable variables
+    local. Other keyword arguments (e.g. backward_passes_per_step) go to DistributedOptimizer."""
+    local_vars = local_layer_variables("tfring.keras.PartialDistributedOptimizer", local_layers)
+    opt = DistributedOptimizer(optimizer, name=name, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+                               gradient_predivide_factor=gradient_predivide_factor, groups=groups,
+                               device_dense=device_dense, device_sparse=device_sparse, process_set=process_set,
+                               scale_local_gradients=scale_local_gradients, **kwargs)
+    for v in local_vars:
+        opt.register_local_var(v)
+    return opt

@@ -252,8 +252,9 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
     else if (PerformOnGpu(response, &taken, &status))
       return;
   } else if (response.op == OpType::JOIN) {
+    const int last = response.last_joined_rank;  // a set rank: report the global one, as every rank number
     for (auto* e : entries)
-      if (e && e->join_result) *e->join_result = response.last_joined_rank;
+      if (e && e->join_result) *e->join_result = last >= 0 && set.id != 0 ? set.ranks[last] : last;
   } else if (response.op == OpType::PROCESS_SET) {
     int id = -1;
     status = ApplyProcessSetChange(response, &id);

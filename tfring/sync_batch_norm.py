@@ -1,0 +1,93 @@
+"""SyncBatchNormalization: batch normalization whose training-mode statistics are those of the global batch
+(every rank of a process set). Keras 3 layer here; with TF_USE_LEGACY_KERAS=1 the name is the tf_keras layer
+of sync_batch_norm_tf_keras.py. Inference mode uses the moving statistics, exactly like BatchNormalization."""
+import os
+
+import tensorflow as tf
+
+from tfring.functions import process_set_rank, process_set_size
+from tfring.ops import Sum, allgather, allreduce
+
+
+def global_moments(x, axes, weights=None, keepdims=False, process_set=None):
+    """Mean and biased variance of x over `axes`, taken over the concatenation of every rank's x.
+
+    Each rank contributes (count, sum, sum of squared deviations from its own mean); combining them with
+    Chan et al.'s parallel formula weights ranks by their element counts (ranks may have different batch
+    sizes, or none) and avoids the cancellation of E[x^2] - E[x]^2. The statistics are allgathered (a few
+    numbers per channel and rank); gradients flow back to every rank's inputs (see _exchange)."""
+    if weights is None:
+        total = tf.reduce_sum(x, axes, keepdims=True)
+        per_channel = tf.reduce_prod(tf.gather(tf.shape(x), axes))
+        count = tf.ones_like(total) * tf.cast(per_channel, x.dtype)
+        local_mean = tf.math.divide_no_nan(total, count)
+        m2 = tf.reduce_sum(tf.square(x - local_mean), axes, keepdims=True)
+    else:
+        w = tf.broadcast_to(tf.cast(weights, x.dtype), tf.shape(x))
+        count = tf.reduce_sum(w, axes, keepdims=True)
+        total = tf.reduce_sum(w * x, axes, keepdims=True)
+        local_mean = tf.math.divide_no_nan(total, count)
+        m2 = tf.reduce_sum(w * tf.square(x - local_mean), axes, keepdims=True)
+    gathered = _exchange(tf.stack([count, total, m2]), process_set)  # [ranks, 3, ...]
+    counts, totals, m2s = gathered[:, 0], gathered[:, 1], gathered[:, 2]
+    n = tf.reduce_sum(counts, 0)
+    mean = tf.math.divide_no_nan(tf.reduce_sum(totals, 0), n)
+    between = tf.reduce_sum(counts * tf.square(tf.math.divide_no_nan(totals, counts) - mean), 0)
+    variance = tf.math.divide_no_nan(tf.reduce_sum(m2s, 0) + between, n)
+    if not keepdims:
+        mean, variance = tf.squeeze(mean, axes), tf.squeeze(variance, axes)
+    return mean, variance
+
+
+def _exchange(stats, process_set):
+    """Allgathers every rank's stats. Its gradient is that of the sum of all ranks' losses, as with Horovod's
+    Sum allreduce of the statistics: this rank's stats receive the upstream gradients summed over ranks. Then
+    averaging gradients over ranks (DistributedOptimizer) trains like one process on the global batch.
+    Explicit here rather than inherited from the allgather gradient, whose convention (sum or average over
+    ranks) is a separate API choice."""
+    @tf.custom_gradient
+    def run(s):
+        def grad(upstream):
+            return allreduce(upstream, op=Sum, process_set=process_set)[process_set_rank(process_set)]
+        return allgather(s[None], process_set=process_set), grad
+    return run(stats)
+
+
+def check_options(fused, synchronized):
+    """Shared by both Keras versions: fused kernels compute local statistics, `synchronized` is
+    tf.distribute's own cross-replica mode."""
+    if fused in (True, None):
+        raise ValueError("SyncBatchNormalization: fused=%r is not supported (the fused kernel computes local "
+                         "statistics); use fused=False" % (fused,))
+    if synchronized:
+        raise ValueError("SyncBatchNormalization: synchronized=True is tf.distribute's synchronization; tfring "
+                         "synchronizes over process_set already, leave synchronized=False")
+
+
+def _legacy_keras():
+    return os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
+
+
+if _legacy_keras():
+    from tfring.sync_batch_norm_tf_keras import SyncBatchNormalization  # noqa: F401,E402
+else:
+    import keras
+
+    @keras.saving.register_keras_serializable(package="tfring")
+    class SyncBatchNormalization(keras.layers.BatchNormalization):
+        """keras.layers.BatchNormalization whose training-mode mean and variance are computed over the
+        global batch of all ranks in `process_set` (default: all ranks). Every rank in the set must call the
+        layer in training mode together. `process_set` is not saved with the layer's config."""
+
+        def __init__(self, fused=False, process_set=None, synchronized=False, **kwargs):
+            check_options(fused, synchronized)
+            super().__init__(**kwargs)
+            self.process_set = process_set
+
+        def _moments(self, inputs, mask):
+            if process_set_size(self.process_set) == 1:
+                return super()._moments(inputs, mask)  # nothing to synchronize: exactly BatchNormalization
+            weights = None
+            if mask is not None:
+                weights = tf.expand_dims(tf.cast(mask, inputs.dtype), -1)  # Keras 3: mask is inputs.shape[:-1]
+            return global_moments(inputs, self._reduction_axes, weights, process_set=self.process_set)
