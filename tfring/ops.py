@@ -125,13 +125,16 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         if op not in (Average, Sum):
             raise NotImplementedError("tfring.allreduce: op=%s is not supported for tf.IndexedSlices (only Average "
                                       "and Sum: sparse values are allgathered)" % _OP_NAMES.get(op, op))
+        if prescale_factor != 1.0 or postscale_factor != 1.0:
+            raise NotImplementedError("tfring.allreduce: prescale_factor=%r / postscale_factor=%r are not supported "
+                                      "for tf.IndexedSlices" % (prescale_factor, postscale_factor))
         with _on(device_sparse):
             values = allgather(tensor.values, name=None if name is None else name + "_values", process_set=process_set)
             indices = allgather(tensor.indices, name=None if name is None else name + "_indices",
                                 process_set=process_set)
-        scale = (1.0 / _set_size(pid) if op == Average else 1.0) * prescale_factor * postscale_factor
-        if scale != 1.0:
-            values = values * tf.cast(scale, values.dtype)
+        if op == Average:  # true division, as Horovod: integer values become floats
+            values = values / tf.cast(_set_size(pid), values.dtype) if values.dtype.is_floating \
+                else tf.math.truediv(values, _set_size(pid))
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     with _on(device_dense):
@@ -211,13 +214,15 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
-    """Sends splits[i] rows of `tensor` to rank i; returns (received rows, received_splits)."""
+    """Sends splits[i] rows of `tensor` to rank i of the set. Returns the received rows, and with `splits` given
+    also received_splits (rows from each rank), as Horovod."""
     pid = _set_id("alltoall", process_set)
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype("alltoall", tensor, _ANY)
-    splits = tf.zeros([0], tf.int32) if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int32)
-    return _ops().horovod_alltoall(tensor, splits, ignore_name_scope=ignore_name_scope, process_set_id=pid,
-                                   **_names("HorovodAlltoall", tensor, name))
+    splits_t = tf.zeros([0], tf.int32) if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int32)
+    out, received = _ops().horovod_alltoall(tensor, splits_t, ignore_name_scope=ignore_name_scope,
+                                            process_set_id=pid, **_names("HorovodAlltoall", tensor, name))
+    return out if splits is None else (out, received)
 
 
 def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False,
@@ -369,12 +374,12 @@ def _broadcast_grad(op, grad):
     reduced = _ops().horovod_allreduce(grad, reduce_op=Average, prescale_factor=1.0, postscale_factor=1.0,
                                        **_attrs(op), **_grad_name(op))
     if rank() != op.get_attr("root_rank"):  # root_rank is a global rank, also in a process set
-        return tf.zeros_like(reduced)
+        return reduced * 0  # not zeros_like: a constant would let graph mode prune the allreduce (a hang)
     return reduced
 
 
 @tf_ops.RegisterGradient("HorovodAlltoall")
-def _alltoall_grad(op, grad, grad_splits):
+def _alltoall_grad(op, grad, grad_splits=None):
     back, _ = _ops().horovod_alltoall(grad, op.outputs[1], **_attrs(op), **_grad_name(op))
     return back, None
 

@@ -50,7 +50,7 @@ def test_collectives_within_the_set(graph):
             grouped=hvd.grouped_allreduce([x, x * 2], op=hvd.Max, process_set=MINE, name="ps_grouped"),
             gather=hvd.allgather(tf.fill([R + 1], R), process_set=MINE, name="ps_gather"),
             bcast=hvd.broadcast(tf.constant([R, R]), root_rank=MEMBERS[-1], process_set=MINE, name="ps_bcast"),
-            a2a=hvd.alltoall(tf.fill([len(MEMBERS)], R), process_set=MINE, name="ps_a2a")[0],
+            a2a=hvd.alltoall(tf.fill([len(MEMBERS)], R), process_set=MINE, name="ps_a2a"),
             scatter=hvd.reducescatter(tf.fill([2 * len(MEMBERS)], float(R)), op=hvd.Sum, process_set=MINE,
                                       name="ps_scatter"))
     out = tf.function(run)() if graph else run()

@@ -46,7 +46,8 @@ def test_identity_collectives_at_size_one():
     np.testing.assert_array_equal(hvd.allreduce(x, prescale_factor=2.0, op=hvd.Sum).numpy(), 2 * x.numpy())
     np.testing.assert_array_equal(hvd.allgather(x).numpy(), x.numpy())
     np.testing.assert_array_equal(hvd.broadcast(x, 0).numpy(), x.numpy())
-    out, splits = hvd.alltoall(x)
+    np.testing.assert_array_equal(hvd.alltoall(x).numpy(), x.numpy())
+    out, splits = hvd.alltoall(x, splits=[2])
     np.testing.assert_array_equal(out.numpy(), x.numpy())
     assert splits.numpy().tolist() == [2]
     np.testing.assert_array_equal(hvd.reducescatter(x, op=hvd.Sum).numpy(), x.numpy())
