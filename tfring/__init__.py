@@ -20,10 +20,12 @@ _API = {
                       "gloo_enabled", "init", "is_homogeneous", "is_initialized", "knob_table", "local_rank", "local_size", "mpi_built",
                       "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size",
                       "start_timeline", "stop_timeline", "tunables"],
+    "tfring.compat_optimizer": ["DistributedOptimizer"],
     "tfring.compression": ["Compression"],
     "tfring.functions": ["allgather_object", "broadcast_", "broadcast_global_variables", "broadcast_object",
                          "broadcast_object_fn", "broadcast_variables"],
     "tfring.ops": ["Adasum", "Average", "Max", "Min", "Product", "ReduceOp", "Sum", "allgather", "allreduce",
+                   "check_num_rank_power_of_2", "handle_average_backwards_compatibility",
                    "alltoall", "barrier", "broadcast", "grouped_allgather", "grouped_allreduce",
                    "grouped_reducescatter", "join", "local_rank_op", "local_size_op", "process_set_included_op",
                    "rank_op", "reducescatter", "size_op"],
@@ -32,10 +34,13 @@ _API = {
     "tfring.tape": ["DistributedGradientTape", "PartialDistributedGradientTape"],
 }
 _WHERE = {name: module for module, names in _API.items() for name in names}
-__all__ = sorted(_WHERE)
+_SUBMODULES = ["elastic"]  # hvd.elastic, as in Horovod
+__all__ = sorted(_WHERE) + _SUBMODULES
 
 
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module("tfring." + name)
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError("module 'tfring' has no attribute %r" % name)

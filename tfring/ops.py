@@ -87,6 +87,16 @@ def _set_rank(process_set_id):
     return rank() if process_set_id == 0 else _temp_process_set_object(process_set_id).rank()
 
 
+def check_num_rank_power_of_2(num_rank):
+    """Horovod's helper: is num_rank a power of two (Adasum's requirement)?"""
+    return num_rank > 0 and num_rank & (num_rank - 1) == 0
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's helper: the reduce op meant by `op` and the deprecated `average` flag."""
+    return _resolve_op("allreduce", op, average)
+
+
 def _resolve_op(fn, op, average):
     if average is not None:
         if op is not None:

@@ -159,3 +159,16 @@ def test_keras_wrapper_at_size_one_is_bitwise_identical_and_round_trips_config()
         hvdk.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0)
     with pytest.raises(TypeError, match="optimizer must be"):
         hvdk.DistributedOptimizer("sgd")
+
+
+def test_horovod_names_that_are_not_built_say_so():
+    # Every name of horovod.tensorflow(.keras) resolves; what tfring does not build fails with its reason.
+    import tfring.keras as hvd_keras
+    for ns in (hvd, hvd_keras):
+        with pytest.raises(NotImplementedError, match="elastic training .* is not built yet"):
+            ns.elastic.run
+    assert not hvd.ccl_built() and not hvd.ddl_built() and not hvd.gloo_built() and hvd.mpi_built()
+    assert [hvd.check_num_rank_power_of_2(n) for n in (1, 2, 3, 4, 6, 8)] == [True, True, False, True, False, True]
+    assert hvd.handle_average_backwards_compatibility(None, False) == hvd.Sum
+    with pytest.raises(ValueError, match="either op or the deprecated average"):
+        hvd.handle_average_backwards_compatibility(hvd.Sum, True)
