@@ -6,7 +6,7 @@ import warnings
 import tensorflow as tf
 
 from tfring.compression import Compression
-from tfring.functions import process_set_size
+from tfring.functions import _is_global, process_set_size
 from tfring.ops import Average, grouped_allreduce
 
 
@@ -16,6 +16,18 @@ def var_key(var):
     if isinstance(inner, tf.Variable):
         var = inner
     return var.ref() if isinstance(var, tf.Variable) else id(var)
+
+
+def communicates(process_set):
+    """Whether gradients are reduced over process_set on this rank: it must be a member of a set of more than one
+    rank. Otherwise they come back unchanged (Horovod's _allreduce_cond). An unregistered set is a ValueError."""
+    n = process_set_size(process_set)
+    if n <= 1:
+        return False
+    if _is_global(process_set):
+        return True
+    included = process_set.included()
+    return bool(process_set.rank() >= 0 if included is None else included)
 
 
 def _is_variable(v):
@@ -113,8 +125,11 @@ class GradientReducer:
         return [s for s in split if s] + [[i] for i in alone]
 
     def reduce(self, grads, variables=None):
-        """grads: a flat list (None allowed, stays None); variables: the matching variables, or None."""
+        """grads: a flat list (None allowed, stays None); variables: the matching variables, or None. On a rank
+        outside the process set, or in a set of one rank, the gradients come back unchanged (as in Horovod)."""
         grads = list(grads)
+        if not communicates(self.process_set):
+            return grads
         keys = [var_key(v) for v in variables] if variables is not None else None
         local = set(i for i in range(len(grads)) if keys is not None and keys[i] in self.local)
         present = [i for i, g in enumerate(grads) if g is not None and i not in local]
@@ -129,7 +144,7 @@ class GradientReducer:
             for i, r in zip(idx, reduced):
                 out[i] = r
         n = process_set_size(self.process_set)
-        if self.scale_local_gradients and n > 1:
+        if self.scale_local_gradients:
             # Horovod divides local gradients by the set's size too (horovod pull 3695), so a local variable
             # moves at the same scale as the averaged global ones.
             for i in local:

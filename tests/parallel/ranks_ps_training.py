@@ -79,3 +79,25 @@ def test_keras_training_and_callbacks_within_the_set():
     assert len(set(losses)) == 1  # every member logs the set's average
     everyone = tfring.allgather_object((R, model.get_weights()[0]))
     assert not np.allclose(everyone[0][1], everyone[N - 1][1])  # the sets trained apart
+
+
+def test_outside_the_set_or_alone_gradients_are_unchanged():
+    """Horovod's _allreduce_cond: a rank outside the process set, or in a set of one rank, keeps its own
+    gradients (local ones unscaled) instead of failing; the members of a larger set average."""
+    for ps in (first_set, MINE):  # np=2: {0} and {1}, sets of one rank; np=3: rank 2 is outside {0, 1}
+        averages = R in ps.ranks and len(ps.ranks) > 1
+        a, b = tf.Variable([1.0, 1.0]), tf.Variable([1.0])
+        with tf.GradientTape() as tape:
+            loss = (tf.reduce_sum(a) + tf.reduce_sum(b)) * (R + 1)
+        dtape = tfring.DistributedGradientTape(tape, process_set=ps)
+        dtape.register_local_source(b)
+        ga, gb = dtape.gradient(loss, [a, b])
+        want_a = np.mean([r + 1.0 for r in ps.ranks]) if averages else R + 1.0
+        want_b = (R + 1.0) / len(ps.ranks) if averages else R + 1.0
+        np.testing.assert_allclose(ga.numpy(), [want_a] * 2, rtol=1e-6)
+        np.testing.assert_allclose(gb.numpy(), [want_b], rtol=1e-6)
+        # The Keras 3 optimizer reduces through the same GradientReducer.
+        v = tf.Variable([0.0, 0.0])
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), process_set=ps)
+        opt.apply([tf.constant([R + 1.0, -(R + 1.0)])], [v])
+        np.testing.assert_allclose(v.numpy(), [-want_a, want_a], rtol=1e-6)

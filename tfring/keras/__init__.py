@@ -14,18 +14,22 @@ def _to_tensor(value):
 
 
 def allreduce(value, name=None, average=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              process_set=None):
-    """Allreduce of a numpy or Keras value; returns a numpy array."""
+              compression=Compression.none, process_set=None):
+    """Allreduce of a numpy, Keras or TF value; returns a tensor (as Horovod: np.asarray() it for numpy)."""
     return _tfring.allreduce(_to_tensor(value), name=name, average=average, op=op, prescale_factor=prescale_factor,
-                             postscale_factor=postscale_factor, process_set=process_set).numpy()
+                             postscale_factor=postscale_factor, compression=compression, process_set=process_set)
 
 
 def allgather(value, name=None, process_set=None):
-    return _tfring.allgather(_to_tensor(value), name=name, process_set=process_set).numpy()
+    return _tfring.allgather(_to_tensor(value), name=name, process_set=process_set)
 
 
 def broadcast(value, root_rank, name=None, process_set=None):
-    return _tfring.broadcast(_to_tensor(value), root_rank, name=name, process_set=process_set).numpy()
+    return _tfring.broadcast(_to_tensor(value), root_rank, name=name, process_set=process_set)
+
+
+def reducescatter(value, name=None, op=Average, process_set=None):
+    return _tfring.reducescatter(_to_tensor(value), name=name, op=op, process_set=process_set)
 
 
 def broadcast_global_variables(root_rank, model=None, process_set=None):

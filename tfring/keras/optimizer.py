@@ -1,11 +1,13 @@
 """DistributedOptimizer for Keras 3: wraps an inner optimizer through public API only (like
 keras.optimizers.LossScaleOptimizer) and allreduces gradients in apply() before the inner update."""
+import copy
+import sys
+
 import keras
 from keras import ops
 
 from tfring.keras._delegate import InnerOptimizerDelegation
 from tfring.compression import Compression
-from tfring.functions import process_set_size
 from tfring.ops import Average, Sum
 from tfring.tape import GradientReducer, local_layer_variables
 
@@ -20,6 +22,15 @@ def _compression_name(c):
                      % (c,))
 
 
+def _is_tf_keras_optimizer(optimizer):
+    """isinstance against tf_keras's optimizer base classes. An instance of one means tf_keras is imported
+    already, so it is never imported here."""
+    if "tf_keras" not in sys.modules or isinstance(optimizer, keras.optimizers.Optimizer):
+        return False
+    from tfring.keras.legacy_optimizer import optimizer_types
+    return isinstance(optimizer, optimizer_types())
+
+
 @keras.saving.register_keras_serializable(package="tfring")
 class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer):
     """Averages (op=Average) or sums (op=Sum) gradients over the ranks of process_set (default: all), then
@@ -32,8 +43,9 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     variables are not part of get_config()."""
 
     def __new__(cls, optimizer=None, *args, **kwargs):
-        # A tf_keras (Keras 2) optimizer gets the tf_keras wrapper: one public name for both Keras versions.
-        if type(optimizer).__module__.startswith("tf_keras"):
+        # A tf_keras (Keras 2) optimizer, a subclass of one or a legacy OptimizerV2 gets the tf_keras wrapper:
+        # one public name for both Keras versions.
+        if _is_tf_keras_optimizer(optimizer):
             from tfring.keras.legacy_optimizer import LegacyDistributedOptimizer
             return LegacyDistributedOptimizer(optimizer, *args, **kwargs)
         return super().__new__(cls)
@@ -89,8 +101,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         return self._variables + self.inner_optimizer.variables
 
     def _reduce(self, grads, variables):
-        if process_set_size(self.process_set) == 1:
-            return list(grads)  # nothing to communicate: bitwise identical to the inner optimizer
+        # Unchanged outside the process set or in a set of one rank: at size 1, bitwise the inner optimizer.
         return self._reducer.reduce(grads, variables)
 
     def apply(self, grads, trainable_variables=None):
@@ -139,7 +150,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        config = dict(config)
+        config = copy.deepcopy(config)
         inner = keras.saving.deserialize_keras_object(config.pop("optimizer"), custom_objects=custom_objects)
         return cls(inner, **config)
 

@@ -1,0 +1,78 @@
+"""tfring.DistributedOptimizer (Horovod's horovod.tensorflow.DistributedOptimizer): wraps a
+tf.compat.v1.train.Optimizer for graph-mode (tf.compat.v1.Session) training; given a Keras optimizer it returns
+tfring.keras.DistributedOptimizer."""
+import tensorflow as tf
+
+from tfring.compression import Compression
+from tfring.ops import Average
+from tfring.tape import GradientReducer
+
+WHO = "tfring.DistributedOptimizer"
+
+
+class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
+    """compute_gradients() reduces the inner optimizer's gradients over the ranks of the process set (a rank
+    outside the set, or a set of one rank, keeps its own); apply_gradients() and the rest delegate."""
+
+    def __init__(self, optimizer, name, use_locking, reducer):
+        super().__init__(name=name, use_locking=use_locking)
+        self._optimizer = optimizer  # Horovod's attribute name
+        self._tfring_reducer = reducer
+
+    def register_local_var(self, var):
+        """var's gradient is not reduced over ranks (only scaled, see scale_local_gradients)."""
+        self._tfring_reducer.register_local(var)
+
+    def compute_gradients(self, *args, **kwargs):
+        """The inner optimizer's compute_gradients(), with the gradients reduced (tfring.grouped_allreduce)."""
+        grads_and_vars = list(self._optimizer.compute_gradients(*args, **kwargs))
+        if not grads_and_vars:
+            return grads_and_vars
+        grads = [g for g, _ in grads_and_vars]
+        variables = [v for _, v in grads_and_vars]
+        with tf.name_scope(self.get_name() + "_Allreduce"):
+            reduced = self._tfring_reducer.reduce(grads, variables)
+        return list(zip(reduced, variables))
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
+    def get_slot(self, *args, **kwargs):
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=None, scale_local_gradients=True):
+    """Horovod's horovod.tensorflow.DistributedOptimizer. A tf.compat.v1.train.Optimizer gets a wrapper whose
+    compute_gradients() (and so minimize()) averages (op) the gradients over the ranks of process_set; a Keras
+    optimizer (Keras 3 or tf_keras) gets tfring.keras.DistributedOptimizer (use_locking is ignored there)."""
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        if backward_passes_per_step != 1:
+            raise NotImplementedError("%s: backward_passes_per_step=%r is not supported with a "
+                                      "tf.compat.v1.train.Optimizer; use 1 (or a Keras optimizer)"
+                                      % (WHO, backward_passes_per_step))
+        reducer = GradientReducer(WHO, op, compression, sparse_as_dense, gradient_predivide_factor, groups,
+                                  num_groups, process_set, device_dense, device_sparse, scale_local_gradients)
+        return _DistributedOptimizer(optimizer, name or "Distributed%s" % type(optimizer).__name__, use_locking,
+                                     reducer)
+    import keras
+
+    import tfring.keras
+    from tfring.keras.optimizer import _is_tf_keras_optimizer
+    if not isinstance(optimizer, keras.optimizers.Optimizer) and not _is_tf_keras_optimizer(optimizer):
+        raise TypeError("%s: optimizer must be a tf.compat.v1.train.Optimizer or a Keras optimizer, got %r"
+                        % (WHO, optimizer))
+    return tfring.keras.DistributedOptimizer(
+        optimizer, name=name, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+        backward_passes_per_step=backward_passes_per_step, average_aggregated_gradients=average_aggregated_gradients,
+        gradient_predivide_factor=gradient_predivide_factor, groups=groups, num_groups=num_groups,
+        device_dense=device_dense, device_sparse=device_sparse, process_set=process_set,
+        scale_local_gradients=scale_local_gradients)
