@@ -138,7 +138,24 @@ def process_set_id_of(process_set, fn):
 
 
 def _resolve_static(process_sets, base_comm):
-    """Rank lists of init(process_sets=[...]) in the numbering of the communicator tfring runs on."""
+    """Rank lists of init(process_sets=[...]) in the numbering of the communicator tfring runs on. Collective: a
+    bad list on any rank raises on every rank (none is left waiting in init)."""
+    error = None
+    try:
+        lists = _validate_static(process_sets, base_comm)
+    except (ValueError, TypeError) as e:
+        error, lists = e, None
+    errors = base_comm.allgather(None if error is None else (type(error).__name__, str(error)))
+    if error is not None:
+        raise error
+    failed = [(r, e) for r, e in enumerate(errors) if e is not None]
+    if failed:
+        rank, (kind, msg) = failed[0]
+        raise ValueError("tfring.init: rank %d refused its process_sets (%s: %s)" % (rank, kind, msg))
+    return lists
+
+
+def _validate_static(process_sets, base_comm):
     lists = []
     for ps in process_sets:
         if not isinstance(ps, ProcessSet):
@@ -226,5 +243,7 @@ def remove_process_set(process_set):
     if pid is None or pid == 0:
         return False
     _require_dynamic("remove_process_set")
-    process_set._invalidate()
-    return _change([], pid) >= 0
+    removed = _change([], pid) >= 0  # invalidate only once it is gone everywhere (it may raise)
+    if removed:
+        process_set._invalidate()
+    return removed

@@ -37,7 +37,7 @@ def my_shard(x, y, steps, per_rank):
 
 def weights_equal_everywhere(model):
     flat = np.concatenate([w.ravel() for w in model.get_weights()]).astype(np.float64)
-    gathered = hvd.allgather(flat[None, :])
+    gathered = np.asarray(hvd.allgather(flat[None, :]))
     return all(np.array_equal(gathered[0], g) for g in gathered)
 
 
@@ -140,7 +140,7 @@ def test_broadcast_callback_metric_average_and_warmup():
     assert weights_equal_everywhere(model)
     for epoch in range(3):
         local = raw[epoch]["loss"]
-        everyone = hvd.allgather(np.array([local]))
+        everyone = np.asarray(hvd.allgather(np.array([local])))
         assert abs(averaged[epoch]["loss"] - everyone.mean()) < 1e-6 * max(1.0, abs(everyone.mean()))
     # Documented warmup: lr(e) = lr / N * (e * (N - 1) / warmup + 1), e = epoch + batch / steps.
     want = [lr / N * ((e + b / 4.0) * (N - 1) / 2 + 1) for e in range(2) for b in range(4)] + [lr] * 4

@@ -177,7 +177,7 @@ def test_partial_optimizer_fit_matches_simulation(scale):
                 v.assign(v.numpy() - 0.1 * g)
     for got, want in zip(model.get_weights(), sims[R].get_weights()):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
-    gathered = hvd.allgather(model.get_weights()[2][None])
+    gathered = np.asarray(hvd.allgather(model.get_weights()[2][None]))
     assert not np.allclose(gathered[0], gathered[1])  # the local layer differs between ranks
 
 

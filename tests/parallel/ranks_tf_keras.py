@@ -41,7 +41,7 @@ def test_fit_matches_single_process_full_batch():
     for a, b in zip(model.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     flat = np.concatenate([w.ravel() for w in model.get_weights()])
-    gathered = hvd.allgather(flat[None, :])
+    gathered = np.asarray(hvd.allgather(flat[None, :]))
     assert all(np.array_equal(gathered[0], g) for g in gathered)
 
 

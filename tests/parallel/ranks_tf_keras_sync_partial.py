@@ -115,7 +115,7 @@ def test_groups_train_like_ungrouped_and_bad_groups_raise():
     for got, want in zip(model.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     flat = np.concatenate([w.ravel() for w in model.get_weights()])
-    gathered = hvd.allgather(flat[None])
+    gathered = np.asarray(hvd.allgather(flat[None]))
     assert all(np.array_equal(gathered[0], g) for g in gathered)
     with pytest.raises(ValueError, match="groups=0"):
         hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.1), groups=0)

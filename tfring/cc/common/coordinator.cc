@@ -160,8 +160,9 @@ Response BuildResponse(const std::string& name, const std::vector<const Request*
       resp.sizes = {NumElements(first->shape)};
       break;
     case OpType::BROADCAST:
-      if (check("root_rank (global rank)", [&set](const Request& r) {
-            return std::to_string(r.root_rank >= 0 ? set.Global(r.root_rank) : -1 - r.root_rank); }))
+      if (check("root_rank (global rank)", [&set](const Request& r) {  // -1-root: a non-member (sets only)
+            return std::to_string(r.root_rank >= 0 ? set.Global(r.root_rank)
+                                                   : set.id != 0 ? -1 - r.root_rank : r.root_rank); }))
         return resp;
       // A root outside a process set arrives as -1 - its global rank (runtime.cc).
       if (first->root_rank < 0 && set.id != 0)

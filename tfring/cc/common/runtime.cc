@@ -55,12 +55,15 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
   controller_options_.stall.shutdown_seconds = settings_.stall_shutdown_seconds;
   controller_options_.stall.clock = Now;
   backend_->SetTimeline(topology_.rank == 0 ? &timeline_ : nullptr);
-  if (!settings_.timeline_path.empty()) TFR_RETURN_IF_ERROR(StartTimeline(settings_.timeline_path,
-                                                                          settings_.timeline_mark_cycles));
   std::vector<int> everyone(topology_.size);
   for (int i = 0; i < topology_.size; ++i) everyone[i] = i;
   sets_.Clear();
   TFR_RETURN_IF_ERROR(CreateSet(0, everyone));
+  // Rank 0 alone may fail to open the timeline: every rank learns it (no rank left waiting in a collective).
+  Status timeline = settings_.timeline_path.empty() ? Status::OK()
+                                                    : StartTimeline(settings_.timeline_path,
+                                                                    settings_.timeline_mark_cycles);
+  TFR_RETURN_IF_ERROR(AllAgree(timeline, "open the timeline file"));
   TFR_RETURN_IF_ERROR(CreateStaticSets(static_sets));
   fusion_threshold_ = settings_.fusion_threshold_bytes;
   cycle_time_ms_ = settings_.cycle_time_ms;
@@ -130,10 +133,9 @@ void Runtime::StopTimeline() { timeline_.Stop(); }
 
 void Runtime::Enqueue(std::vector<TensorEntry> entries, int process_set_id) {
   Status s = CheckReady();
-  std::shared_ptr<ProcessSet> set;
-  if (s.ok()) s = CheckMember(process_set_id);
-  if (s.ok()) set = sets_.Get(process_set_id);
-  if (s.ok() && !set) s = Status::Aborted("tfring: process set " + std::to_string(process_set_id) + " was removed");
+  // One lookup: ids are reused, so a second lookup could find another set with the same id.
+  std::shared_ptr<ProcessSet> set = sets_.Get(process_set_id);
+  if (s.ok()) s = CheckMember(process_set_id, set.get());
   if (s.ok() && timeline_.enabled())
     for (const auto& e : entries) timeline_.NegotiateStart(e.request.name, OpTypeName(e.request.op));
   for (const auto& e : entries) TFR_LOG(TFR_TRACE, "enqueue " << e.request.name);
@@ -163,8 +165,12 @@ void Runtime::Enqueue(std::vector<TensorEntry> entries, int process_set_id) {
   if (s.ok()) {
     s = set->queue->Add(entries);  // moves the entries in, or leaves them here if it refuses the batch
     if (s.ok()) {
-      // The loop may have ended between the check and the add; it drains again after finishing.
-      if (loop_done_) FailAll(CheckReady());
+      // The loop may have ended between the check and the add: its FailAll closed the queues it saw; this one
+      // may already be out of the table (shutdown), so close it here too.
+      if (loop_done_) {
+        const Status why = CheckReady();
+        for (auto& e : set->queue->Close(why)) e.callback(why);
+      }
       return;
     }
   }
@@ -172,9 +178,10 @@ void Runtime::Enqueue(std::vector<TensorEntry> entries, int process_set_id) {
 }
 
 void Runtime::FailAll(const Status& status) {
+  // Close, not just drain: an Enqueue racing with the end of the loop is refused instead of stranded.
   for (auto& set : sets_.All())
     if (set->queue)
-      for (auto& e : set->queue->DrainAll()) e.callback(status);
+      for (auto& e : set->queue->Close(status)) e.callback(status);
 }
 
 
@@ -192,21 +199,22 @@ void Runtime::Loop() {
     signal_->Wait(busy ? cycle : std::max(cycle, kIdleWait));
     timeline_.Cycle();
     ResponseList list;
-    if (!Cycle(*sets[0], shutdown_requested_, &list)) break;
+    if (!Cycle(*sets[0], shutdown_requested_ || !loop_status_.ok(), &list)) break;
     if (list.shutdown) {
       shutdown_rank_ = list.shutdown_rank;
       break;
     }
     // The global cycle may have added or removed sets: every member sees the same table now.
-    bool failed = false;
     for (const auto& set : sets_.All()) {
       ResponseList l;
-      if (set->id != 0 && set->included() && !Cycle(*set, false, &l)) {
-        failed = true;
-        break;
+      if (set->id == 0 || !set->included() || set->failed) continue;
+      if (!Cycle(*set, false, &l)) {
+        // This set's communicator is broken: fail its work and stop cycling it; the next global cycle carries
+        // a shutdown so the ranks outside the set leave together instead of waiting in the global negotiation.
+        set->failed = true;
+        for (auto& e : set->queue->Close(loop_status_)) e.callback(loop_status_);
       }
     }
-    if (failed) break;
   }
   loop_done_ = true;
   FailAll(CheckReady());

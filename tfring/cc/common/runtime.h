@@ -33,8 +33,9 @@ class Runtime {
   // Hands entries to the background thread; each entry's callback runs exactly once.
   void Enqueue(std::vector<TensorEntry> entries, int process_set_id = 0);
   Status CheckReady() const;
-  // OK if the set exists and this rank is in it, else an InvalidArgument naming both.
-  Status CheckMember(int process_set_id) const;
+  // OK if the set exists and this rank is in it, else an InvalidArgument naming both. `set`: the looked-up set
+  // (null: look it up).
+  Status CheckMember(int process_set_id, const ProcessSet* set = nullptr) const;
   // Size, rank, local size and rank within the set (-1 for the ranks of a non-member); false if no such set.
   bool SetTopology(int process_set_id, Topology* out, bool* included) const;
   std::vector<std::pair<int, std::vector<int>>> ProcessSets() const;
@@ -54,6 +55,8 @@ class Runtime {
   // Collective over the global set: creates set `id` (its communicator, queue and controller on members).
   Status CreateSet(int id, const std::vector<int>& ranks);
   Status CreateStaticSets(const std::vector<std::vector<int>>& static_sets);
+  // Collective over the global set: OK on every rank only if `local` is OK on every rank.
+  Status AllAgree(const Status& local, const std::string& what);
   Status ApplyProcessSetChange(const Response& response, int* id);
   void FinalizeSet(ProcessSet& set, const Status& why);
   // Hands a GPU response to the GPU backend; false (with *status set) if the callbacks are still ours to run.

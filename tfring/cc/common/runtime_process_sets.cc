@@ -14,10 +14,17 @@ Status Runtime::CreateSet(int id, const std::vector<int>& ranks) {
   if (id == 0) {
     set->backend = backend_.get();
   } else {
-    TFR_RETURN_IF_ERROR(backend_->CreateSubset(ranks, &set->owned));  // collective over every rank
+    // Collective over every rank; a failure on any rank fails it on all, so the tables stay identical.
+    Status created = backend_->CreateSubset(ranks, &set->owned);
+    Status agreed = AllAgree(created, "create process set " + std::to_string(id));
+    if (!agreed.ok()) {
+      if (set->owned) set->owned->Finalize();
+      return agreed;
+    }
     set->backend = set->owned.get();
   }
   if (set->backend) {
+    set->topology = set->backend->topology();
     set->queue.reset(new TensorQueue(signal_));
     ControllerOptions options = controller_options_;
     options.set = set->label();
@@ -52,8 +59,21 @@ Status Runtime::CreateStaticSets(const std::vector<std::vector<int>>& static_set
   return Status::OK();
 }
 
-Status Runtime::CheckMember(int process_set_id) const {
-  auto set = sets_.Get(process_set_id);
+Status Runtime::AllAgree(const Status& local, const std::string& what) {
+  std::vector<uint64_t> ok(1, local.ok() ? ~uint64_t(0) : ~uint64_t(1));
+  TFR_RETURN_IF_ERROR(backend_->transport().AllreduceBitAnd(&ok));
+  if (!local.ok()) return local;
+  if (!(ok[0] & 1))
+    return Status::Unknown("tfring: another rank failed to " + what + " (its own error says why)");
+  return Status::OK();
+}
+
+Status Runtime::CheckMember(int process_set_id, const ProcessSet* set) const {
+  std::shared_ptr<ProcessSet> found;
+  if (!set) {
+    found = sets_.Get(process_set_id);
+    set = found.get();
+  }
   if (!set)
     return Status::InvalidArgument("tfring: process_set_id=" + std::to_string(process_set_id) +
                                    " is not a registered process set");
@@ -70,7 +90,7 @@ bool Runtime::SetTopology(int process_set_id, Topology* out, bool* included) con
   if (!set) return false;
   *included = set->included();
   if (set->included()) {
-    *out = set->backend->topology();
+    *out = set->topology;
   } else {
     *out = Topology();
     out->size = static_cast<int>(set->ranks.size());
