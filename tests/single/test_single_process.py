@@ -172,3 +172,10 @@ def test_horovod_names_that_are_not_built_say_so():
     assert hvd.handle_average_backwards_compatibility(None, False) == hvd.Sum
     with pytest.raises(ValueError, match="either op or the deprecated average"):
         hvd.handle_average_backwards_compatibility(hvd.Sum, True)
+
+
+def test_stall_deadline_is_on_by_default():
+    # Never wait forever by default (issue: a rank that never submits must not hang the others): 30 minutes.
+    knobs = {name: default for name, _, default, _ in hvd.knob_table()}
+    assert knobs["TFRING_STALL_SHUTDOWN_TIME_SECONDS"] == "1800" and knobs["TFRING_STALL_CHECK_TIME_SECONDS"] == "60"
+    assert knobs["TFRING_DYNAMIC_PROCESS_SETS"] == "0"

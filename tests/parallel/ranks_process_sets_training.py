@@ -1,6 +1,6 @@
-"""process_set= through the training helpers with real process sets: at np=3 ranks {0, 1} form one set and {2}
-another (at np=2: {0} and {1}, since a set of every rank is the global set). Averages, statistics and broadcasts
-must involve exactly the members of the caller's set."""
+"""process_set= through the training helpers with real process sets: at np=4 ranks {0, 1} form one set and {2, 3}
+another (at np=3: {0, 1} and {2}; at np=2: {0} and {1}, since a set of every rank is the global set).
+Averages, statistics and broadcasts must involve exactly the members of the caller's set."""
 import keras
 import numpy as np
 import tensorflow as tf
