@@ -11,6 +11,7 @@ import tensorflow as tf
 import tfring
 import tfring.keras as hvd
 from rank_helpers import init
+from sim_helpers import local_grads, rank_batch, simulate_partial_sgd, small_model
 
 R, N = init()
 MEAN_W = (N + 1) / 2.0  # average over ranks of the rank weight R + 1
@@ -122,26 +123,12 @@ def test_get_local_and_global_gradients():
     np.testing.assert_allclose(global_[2][1].numpy(), np.full([3], 3.0 * MEAN_W), rtol=1e-6)
 
 
-def small_model(seed=0):
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(2)])
 
-
-def rank_batch(r, rows=4):
-    rng = np.random.RandomState(20 + r)
-    return rng.randn(rows, 3).astype("float32"), rng.randn(rows, 2).astype("float32")
-
-
-def local_grads(model, r):
-    x, y = rank_batch(r)
-    with tf.GradientTape() as tape:
-        loss = keras.losses.MeanSquaredError()(y, model(x))
-    return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
 
 def test_partial_tape_keeps_local_layer_gradients_local():
-    model = small_model()
-    want_all = [local_grads(model, r) for r in range(N)]  # every rank's plain gradients, computed here
+    model = small_model(keras)
+    want_all = [local_grads(keras, model, r) for r in range(N)]  # every rank's plain gradients, computed here
     x, y = rank_batch(R)
     with tf.GradientTape() as tape:
         loss = keras.losses.MeanSquaredError()(y, model(x))
@@ -162,19 +149,13 @@ def test_partial_optimizer_fit_matches_simulation(scale):
     by the size when scale_local_gradients), so it diverges per rank. Checked against a simulation of every
     rank's model and plain SGD, run on every rank."""
     steps = 3
-    model = small_model()
+    model = small_model(keras)
     opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=[model.layers[1]],
                                           scale_local_gradients=scale, process_set=None)
     model.compile(optimizer=opt, loss="mse")
     x, y = rank_batch(R)
     model.fit(np.tile(x, (steps, 1)), np.tile(y, (steps, 1)), batch_size=4, epochs=1, shuffle=False, verbose=0)
-    sims = [small_model() for _ in range(N)]
-    for _ in range(steps):
-        grads = [local_grads(m, r) for r, m in enumerate(sims)]
-        for r, m in enumerate(sims):
-            for i, v in enumerate(m.trainable_variables):
-                g = grads[r][i] / (N if scale else 1) if i >= 2 else np.mean([gr[i] for gr in grads], axis=0)
-                v.assign(v.numpy() - 0.1 * g)
+    sims = simulate_partial_sgd(keras, N, steps, scale)
     for got, want in zip(model.get_weights(), sims[R].get_weights()):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
     gathered = np.asarray(hvd.allgather(model.get_weights()[2][None]))
@@ -183,7 +164,7 @@ def test_partial_optimizer_fit_matches_simulation(scale):
 
 @pytest.mark.parametrize("groups", [2, "lists"])
 def test_keras_optimizer_groups_train_like_ungrouped(groups):
-    model, ref = small_model(), small_model()
+    model, ref = small_model(keras), small_model(keras)
     if groups == "lists":
         groups = [[model.layers[0].kernel, model.layers[1].kernel]]
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), groups=groups, process_set=None),

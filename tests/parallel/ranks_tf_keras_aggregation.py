@@ -17,6 +17,7 @@ from mpi4py import MPI  # noqa: E402
 import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
 from tfring.keras.legacy_optimizer import LegacyDistributedOptimizer  # noqa: E402
+from sim_helpers import local_grads, rank_batch, small_model  # noqa: E402
 
 N = MPI.COMM_WORLD.size
 FIRST = [0, 1] if N > 2 else [0]  # np=3: rank 2 is outside; np=2: a set of one rank
@@ -41,22 +42,7 @@ class AddOptimizer(tf_keras.optimizers.Optimizer):
         variable.assign_add(gradient)
 
 
-def small_model(seed=0):
-    tf_keras.utils.set_random_seed(seed)
-    return tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh", input_shape=(3,)),
-                                tf_keras.layers.Dense(2)])
 
-
-def rank_batch(r, rows=4):
-    rng = np.random.RandomState(20 + r)
-    return rng.randn(rows, 3).astype("float32"), rng.randn(rows, 2).astype("float32")
-
-
-def local_grads(model, r):
-    x, y = rank_batch(r)
-    with tf.GradientTape() as tape:
-        loss = tf_keras.losses.MeanSquaredError()(y, model(x))
-    return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
 
 def test_tf_keras_optimizers_of_any_module_get_the_tf_keras_wrapper():
@@ -75,14 +61,14 @@ def test_tf_keras_optimizers_of_any_module_get_the_tf_keras_wrapper():
 @pytest.mark.parametrize("make", [lambda: MySGD(0.1), lambda: tf_keras.optimizers.legacy.SGD(0.1)])
 def test_fit_averages_with_subclasses_and_legacy_optimizers(make):
     steps = 2
-    model = small_model()
+    model = small_model(tf_keras)
     opt = hvd.DistributedOptimizer(make())
     model.compile(optimizer=opt, loss="mse")
     x, y = rank_batch(R)
     model.fit(np.tile(x, (steps, 1)), np.tile(y, (steps, 1)), batch_size=4, epochs=1, shuffle=False, verbose=0)
-    sim = small_model()
+    sim = small_model(tf_keras)
     for _ in range(steps):
-        grads = [local_grads(sim, r) for r in range(N)]
+        grads = [local_grads(tf_keras, sim, r) for r in range(N)]
         for i, v in enumerate(sim.trainable_variables):
             v.assign(v.numpy() - 0.1 * np.mean([g[i] for g in grads], axis=0))
     for got, want in zip(model.get_weights(), sim.get_weights()):
@@ -156,8 +142,8 @@ def test_inf_gradient_does_not_leak_into_the_next_cycle():
 
 
 def test_compute_gradients_with_a_tape_reduces_once():
-    model = small_model()
-    want_all = [local_grads(model, r) for r in range(N)]
+    model = small_model(tf_keras)
+    want_all = [local_grads(tf_keras, model, r) for r in range(N)]
     before = [w.copy() for w in model.get_weights()]
     x, y = rank_batch(R)
     with tf.GradientTape(persistent=True) as tape:

@@ -12,6 +12,7 @@ import tf_keras  # noqa: E402
 import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
 from rank_helpers import init  # noqa: E402
+from sim_helpers import local_grads, rank_batch, simulate_partial_sgd, small_model  # noqa: E402
 
 R, N = init()
 C, EPS = 3, 1e-3
@@ -65,47 +66,26 @@ def test_sync_bn_statistics_and_gradients_equal_global_batch_norm(graph):
     np.testing.assert_allclose(layer.moving_variance.numpy(), 0.9 + 0.1 * everything.var((0, 1)), rtol=1e-5)
 
 
-def small_model(seed=0):
-    tf_keras.utils.set_random_seed(seed)
-    return tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh", input_shape=(3,)),
-                                tf_keras.layers.Dense(2)])
 
-
-def rank_batch(r, rows=4):
-    rng = np.random.RandomState(20 + r)
-    return rng.randn(rows, 3).astype("float32"), rng.randn(rows, 2).astype("float32")
-
-
-def local_grads(model, r):
-    x, y = rank_batch(r)
-    with tf.GradientTape() as tape:
-        loss = tf_keras.losses.MeanSquaredError()(y, model(x))
-    return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
 
 @pytest.mark.parametrize("scale", [True, False])
 def test_partial_optimizer_fit_matches_simulation(scale):
     steps = 3
-    model = small_model()
+    model = small_model(tf_keras)
     opt = hvd.PartialDistributedOptimizer(tf_keras.optimizers.SGD(0.1), local_layers=model.layers[1],
                                           scale_local_gradients=scale, process_set=None)
     assert type(opt).__module__.startswith("tfring.keras.legacy")
     model.compile(optimizer=opt, loss="mse")
     x, y = rank_batch(R)
     model.fit(np.tile(x, (steps, 1)), np.tile(y, (steps, 1)), batch_size=4, epochs=1, shuffle=False, verbose=0)
-    sims = [small_model() for _ in range(N)]
-    for _ in range(steps):
-        grads = [local_grads(m, r) for r, m in enumerate(sims)]
-        for r, m in enumerate(sims):
-            for i, v in enumerate(m.trainable_variables):
-                g = grads[r][i] / (N if scale else 1) if i >= 2 else np.mean([gr[i] for gr in grads], axis=0)
-                v.assign(v.numpy() - 0.1 * g)
+    sims = simulate_partial_sgd(tf_keras, N, steps, scale)
     for got, want in zip(model.get_weights(), sims[R].get_weights()):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
 def test_groups_train_like_ungrouped_and_bad_groups_raise():
-    model, ref = small_model(), small_model()
+    model, ref = small_model(tf_keras), small_model(tf_keras)
     groups = [[model.layers[0].kernel, model.layers[1].kernel]]
     model.compile(optimizer=hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.1), groups=groups), loss="mse")
     ref.compile(optimizer=hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.1)), loss="mse")
