@@ -14,11 +14,13 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfring as hvd  # noqa: E402
+from impl import write_json  # noqa: E402
 from timing import median_ms  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=15, help="timed steps after warm-up / tuning")
 parser.add_argument("--tune-timeout", type=float, default=300)
+parser.add_argument("--out")
 args = parser.parse_args()
 
 hvd.init()
@@ -41,5 +43,8 @@ while tuning:
 ms = median_ms(lambda: step(tensors), args.steps)
 fusion, cycle = hvd.tunables()
 if hvd.rank() == 0:
-    print(json.dumps({"autotune": tuning, "fusion_threshold_bytes": fusion, "cycle_time_ms": cycle,
-                      "step_ms": ms, "tuning_steps": tune_steps, "tuning_seconds": time.time() - start}))
+    result = {"autotune": tuning, "fusion_threshold_bytes": fusion, "cycle_time_ms": cycle, "step_ms": ms,
+              "tuning_steps": tune_steps, "tuning_seconds": time.time() - start}
+    print(json.dumps(result))
+    if args.out:
+        write_json(args.out, result)

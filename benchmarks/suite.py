@@ -1,7 +1,8 @@
-"""Side-by-side benchmark, one job at np=2: tfring vs raw mpi4py (the ceiling) vs tf.distribute
-MultiWorkerMirroredStrategy, in the same processes. Writes JSON and a markdown table of medians and ratios.
+"""Side-by-side benchmark, one job at np=2: a collective library (tfring, or Horovod in its own environment) vs
+raw mpi4py in the same processes (the ceiling), optionally tf.distribute MultiWorkerMirroredStrategy too.
+Writes JSON rows of medians (ms) and minor page faults per call; run_all.py merges the jobs into one table.
 
-    tfringrun -np 2 python benchmarks/suite.py --out benchmarks/results/suite.json
+    tfringrun -np 2 python benchmarks/suite.py --impl tfring --mwms --out benchmarks/results/suite.json
 """
 import argparse
 import json
@@ -11,27 +12,36 @@ import socket
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from mpi4py import MPI  # noqa: E402
 
+from impl import IMPLS, load, write_json  # noqa: E402
+from timing import measure  # noqa: E402
+
 COMM = MPI.COMM_WORLD
+parser = argparse.ArgumentParser()
+parser.add_argument("--impl", choices=IMPLS, default="tfring")
+parser.add_argument("--mwms", action="store_true", help="also measure MultiWorkerMirroredStrategy")
+parser.add_argument("--shapes", help="JSON file of the ResNet-50 gradient shapes (written if missing)")
+parser.add_argument("--out", default="benchmarks/results/suite.json")
+ARGS = parser.parse_args()
 
 
 def free_port():
     s = socket.socket()
-    s.bind(("localhost", 0))
+    s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     return port
 
 
-# MWMS must be created before TensorFlow runs anything: agree on ports first (rank 0 picks, all learn them).
-ports = COMM.bcast([free_port() for _ in range(COMM.size)] if COMM.rank == 0 else None, root=0)
-os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["localhost:%d" % p for p in ports]},
-                                      "task": {"type": "worker", "index": COMM.rank}})
+if ARGS.mwms:
+    # MWMS must be created before TensorFlow runs anything: agree on ports first (rank 0 picks, all learn them).
+    ports = COMM.bcast([free_port() for _ in range(COMM.size)] if COMM.rank == 0 else None, root=0)
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["127.0.0.1:%d" % p for p in ports]},
+                                          "task": {"type": "worker", "index": COMM.rank}})
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
-import tfring as hvd  # noqa: E402
-from timing import median_ms  # noqa: E402
+STRATEGY = tf.distribute.MultiWorkerMirroredStrategy() if ARGS.mwms else None
+hvd = load(ARGS.impl)
 
 SIZES = [("4KiB", 4 << 10), ("64KiB", 64 << 10), ("1MiB", 1 << 20), ("4MiB", 4 << 20), ("16MiB", 16 << 20),
          ("64MiB", 64 << 20)]
@@ -39,6 +49,10 @@ SIZES = [("4KiB", 4 << 10), ("64KiB", 64 << 10), ("1MiB", 1 << 20), ("4MiB", 4 <
 
 def iters_for(nbytes):
     return 100 if nbytes <= (1 << 20) else 10 if nbytes <= (16 << 20) else 5
+
+
+def put(row, key, fn, n):
+    row[key + "_ms"], row[key + "_faults"] = measure(fn, n)
 
 
 def mwms_allreduce_fn():
@@ -55,32 +69,37 @@ def bench_allreduce(rows):
     eager = lambda x: hvd.allreduce(x, op=hvd.Sum, name="bench")  # noqa: E731
     graph = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum, name="bench"))
     floor = tf.function(lambda x: x * 2.0)  # TF's own cost of calling a tf.function, no collective in it
-    mwms = mwms_allreduce_fn()
+    mwms = mwms_allreduce_fn() if STRATEGY else None
     for label, nbytes in SIZES:
         arr = np.ones(nbytes // 4, np.float32)
         x = tf.constant(arr)
         n = iters_for(nbytes)
-        r = {"case": "allreduce %s" % label, "bytes": nbytes,
-             "raw_ms": median_ms(lambda: COMM.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM), n),
-             "tfring_eager_ms": median_ms(lambda: eager(x), n),
-             "tfring_function_ms": median_ms(lambda: graph(x), n),
-             "mwms_ms": median_ms(lambda: mwms(x), n)}
+        r = {"case": "allreduce %s" % label, "bytes": nbytes}
+        put(r, "raw", lambda: COMM.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM), n)
+        put(r, "eager", lambda: eager(x), n)
+        put(r, "function", lambda: graph(x), n)
+        if mwms:
+            put(r, "mwms", lambda: mwms(x), n)
         if nbytes <= (64 << 10):
-            r["tf_function_floor_ms"] = median_ms(lambda: floor(x), n)
-        # Any TF op returns a freshly allocated tensor; for large sizes its page faults are a floor raw MPI
-        # (reducing in place in one warm buffer) never pays.
-        r["tf_new_tensor_ms"] = median_ms(lambda: x * 1.0, n)
+            put(r, "tf_function_floor", lambda: floor(x), n)
+        # Any TF op returns a newly allocated tensor: TF's own cost of producing this much fresh output.
+        put(r, "tf_new_tensor", lambda: x * 1.0, n)
         rows.append(r)
 
 
-def resnet50_shapes():
+def resnet50_shapes(path):
+    if path and os.path.exists(path):
+        return [tuple(s) for s in json.load(open(path))]
     import keras
-    model = keras.applications.ResNet50(weights=None)
-    return [tuple(v.shape) for v in model.trainable_variables]
+    shapes = [tuple(v.shape) for v in keras.applications.ResNet50(weights=None).trainable_variables]
+    if path and COMM.rank == 0:
+        write_json(path, shapes)
+    COMM.Barrier()
+    return shapes
 
 
 def bench_resnet_set(rows):
-    shapes = resnet50_shapes()
+    shapes = resnet50_shapes(ARGS.shapes)
     arrays = [np.ones(s, np.float32) for s in shapes]
     tensors = [tf.constant(a) for a in arrays]
     params = sum(a.size for a in arrays)
@@ -92,66 +111,59 @@ def bench_resnet_set(rows):
     grouped = tf.function(lambda ts: hvd.grouped_allreduce(ts, op=hvd.Average))
     w = [tf.Variable(t) for t in tensors]
 
-    @tf.function
-    def tape_step():
-        with tf.GradientTape() as tape:
-            loss = tf.add_n([tf.reduce_sum(v) for v in w])
-        tape = hvd.DistributedGradientTape(tape)
-        return tape.gradient(loss, w)
+    def tape_step(distributed):
+        @tf.function
+        def step(scale):
+            # Gradients computed at run time in the same tf.function as their allreduces (as in a training step).
+            # They must not be constants: TF's constant folding would run a collective that is not marked
+            # stateful (Horovod's) once at graph optimisation and return the folded result on every later call.
+            with tf.GradientTape() as tape:
+                loss = tf.add_n([tf.reduce_sum(v) for v in w]) * scale
+            if distributed:
+                tape = hvd.DistributedGradientTape(tape)
+            return tape.gradient(loss, w)
+        return lambda: step(tf.constant(1.0))
 
-    mwms = tf.function(lambda ts: STRATEGY.run(
-        lambda *vs: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
-                                                                   [v * 1.0 for v in vs]), args=ts))
-    rows.append({"case": "ResNet-50 gradients (%d tensors, %.2f M params)" % (len(shapes), params / 1e6),
-                 "bytes": params * 4, "raw_ms": median_ms(raw, 5),
-                 "tfring_function_ms": median_ms(lambda: grouped(tensors), 5),
-                 "tfring_tape_ms": median_ms(tape_step, 5),
-                 "mwms_ms": median_ms(lambda: mwms(tuple(tensors)), 3)})
+    r = {"case": "ResNet-50 gradients (%d tensors, %.2f M params)" % (len(shapes), params / 1e6),
+         "bytes": params * 4}
+    put(r, "raw", raw, 5)
+    put(r, "function", lambda: grouped(tensors), 5)
+    put(r, "tape", tape_step(True), 5)
+    put(r, "tf_gradients_floor", tape_step(False), 5)  # the same step without communication
+    if STRATEGY:
+        mwms = tf.function(lambda ts: STRATEGY.run(
+            lambda *vs: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                                       [v * 1.0 for v in vs]), args=ts))
+        put(r, "mwms", lambda: mwms(tuple(tensors)), 3)
+    rows.append(r)
 
 
 def bench_broadcast_allgather(rows):
     arr = np.ones((64 << 20) // 4, np.float32)
     x = tf.constant(arr)
-    rows.append({"case": "broadcast 64MiB", "bytes": arr.nbytes,
-                 "raw_ms": median_ms(lambda: COMM.Bcast(arr, root=0), 5),
-                 "tfring_eager_ms": median_ms(lambda: hvd.broadcast(x, 0, name="bench_bcast"), 5)})
+    r = {"case": "broadcast 64MiB", "bytes": arr.nbytes}
+    put(r, "raw", lambda: COMM.Bcast(arr, root=0), 5)
+    put(r, "eager", lambda: hvd.broadcast(x, 0, name="bench_bcast"), 5)
+    rows.append(r)
     part = np.ones((16 << 20) // 4, np.float32)
     out = np.empty(part.size * COMM.size, np.float32)
     y = tf.constant(part)
-    rows.append({"case": "allgather 16MiB per rank", "bytes": part.nbytes,
-                 "raw_ms": median_ms(lambda: COMM.Allgather(part, out), 5),
-                 "tfring_eager_ms": median_ms(lambda: hvd.allgather(y, name="bench_gather"), 5)})
-
-
-def table(rows):
-    cols = ["raw_ms", "tfring_eager_ms", "tfring_function_ms", "tfring_tape_ms", "mwms_ms"]
-    lines = ["| case | raw mpi4py ms | tfring eager ms | tfring tf.function ms | tfring tape ms | MWMS ms | "
-             "best tfring / raw | MWMS / best tfring |", "|" + " --- |" * 8]
-    for r in rows:
-        cells = ["%.3f" % r[c] if c in r else "" for c in cols]
-        best = min(r[c] for c in cols[1:4] if c in r)
-        ratio_mw = "%.1f" % (r["mwms_ms"] / best) if "mwms_ms" in r else ""
-        lines.append("| %s | %s | %.2f | %s |" % (r["case"], " | ".join(cells), best / r["raw_ms"], ratio_mw))
-    return "\n".join(lines)
+    r = {"case": "allgather 16MiB per rank", "bytes": part.nbytes}
+    put(r, "raw", lambda: COMM.Allgather(part, out), 5)
+    put(r, "eager", lambda: hvd.allgather(y, name="bench_gather"), 5)
+    rows.append(r)
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="benchmarks/results/suite.json")
-    args = parser.parse_args()
     hvd.init()
     rows = []
     bench_allreduce(rows)
     bench_resnet_set(rows)
     bench_broadcast_allgather(rows)
     if hvd.rank() == 0:
-        text = table(rows)
-        print(text)
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"np": hvd.size(), "rows": rows}, f, indent=1)
-        with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-            f.write(text + "\n")
+        for r in rows:
+            print(json.dumps(r))
+        write_json(ARGS.out, {"np": hvd.size(), "impl": ARGS.impl, "tf": tf.__version__, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import re
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 
-from tfring import _lib
+from tfring import _graph_order, _lib  # noqa: F401 (_graph_order: on import)
 from tfring.basics import rank, size
 from tfring.compression import Compression
 from tfring.process_sets import _temp_process_set_object, process_set_id_of

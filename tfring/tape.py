@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tfring.compression import Compression
 from tfring.functions import _is_global, process_set_size
-from tfring.ops import Average, grouped_allreduce
+from tfring.ops import Average, allreduce, grouped_allreduce
 
 
 def var_key(var):
@@ -135,14 +135,21 @@ class GradientReducer:
         present = [i for i, g in enumerate(grads) if g is not None and i not in local]
         pre, post = (1.0 / self.predivide, self.predivide) if self.op == Average else (1.0, 1.0)
         out = list(grads)
-        for idx in self._split(present, keys):
-            values = [tf.convert_to_tensor(grads[i]) if self.sparse_as_dense and isinstance(grads[i], tf.IndexedSlices)
-                      else grads[i] for i in idx]
-            reduced = grouped_allreduce(values, op=self.op, compression=self.compression, prescale_factor=pre,
-                                        postscale_factor=post, process_set=self.process_set,
-                                        device_dense=self.devices[0], device_sparse=self.devices[1])
-            for i, r in zip(idx, reduced):
-                out[i] = r
+        kw = dict(op=self.op, compression=self.compression, prescale_factor=pre, postscale_factor=post,
+                  process_set=self.process_set, device_dense=self.devices[0], device_sparse=self.devices[1])
+        dense = lambda g: (tf.convert_to_tensor(g) if self.sparse_as_dense  # noqa: E731
+                           and isinstance(g, tf.IndexedSlices) else g)
+        if self.groups is None and not tf.executing_eagerly():
+            # In a graph, one op per gradient (as Horovod): each starts as soon as backprop produces its
+            # gradient, overlapping communication with the rest of backprop; the core still fuses those that
+            # are ready in the same cycle. One grouped op would wait for the last gradient.
+            for i in present:
+                out[i] = allreduce(dense(grads[i]), **kw)
+        else:
+            # Eagerly, one grouped op runs every allreduce at once (separate eager ops would run one by one).
+            for idx in self._split(present, keys):
+                for i, r in zip(idx, grouped_allreduce([dense(grads[i]) for i in idx], **kw)):
+                    out[i] = r
         n = process_set_size(self.process_set)
         if self.scale_local_gradients:
             # Horovod divides local gradients by the set's size too (horovod pull 3695), so a local variable

@@ -36,13 +36,13 @@ def reduced_grads(vs, graph=False, **tape_kwargs):
 
 
 def collective_inputs(vs, **tape_kwargs):
-    """Per HorovodGroupedAllreduce in the traced graph: the sorted lengths of its inputs (v_k has k + 1)."""
+    """Per allreduce op (grouped or not) in the traced graph: the sorted lengths of its inputs (v_k has k + 1)."""
     def run():
         with tf.GradientTape() as tape:
             loss = weighted_loss(vs)
         return tfring.DistributedGradientTape(tape, **tape_kwargs).gradient(loss, vs)
     graph = tf.function(run).get_concrete_function().graph
-    ops = [op for op in graph.get_operations() if op.type == "HorovodGroupedAllreduce"]
+    ops = [op for op in graph.get_operations() if op.type in ("HorovodGroupedAllreduce", "HorovodAllreduce")]
     return sorted(sorted(int(t.shape[0]) for t in op.inputs) for op in ops)
 
 
@@ -62,7 +62,8 @@ def test_grouped_gradients_are_averaged(graph, kwargs):
 
 def test_groups_decide_the_collectives():
     vs = make_vars()
-    assert collective_inputs(vs) == [[1, 2, 3, 4]]  # default: one grouped allreduce
+    # Default in a graph: one allreduce per gradient, each submitted as soon as backprop produces it (Horovod).
+    assert collective_inputs(vs) == [[1], [2], [3], [4]]
     assert collective_inputs(vs, groups=2) == [[1, 2], [3, 4]]  # contiguous, even split
     assert collective_inputs(vs, groups=3) == [[1, 2], [3], [4]]
     with warnings.catch_warnings():
@@ -181,10 +182,11 @@ def test_keras_optimizer_groups_train_like_ungrouped(groups):
 
 def test_keras_optimizer_groups_decide_the_collectives():
     vs = make_vars()
-    for groups, want in [(None, [[1, 2, 3, 4]]), (2, [[1, 2], [3, 4]]), ([[vs[1], vs[3]]], [[1], [2, 4], [3]])]:
+    # groups=None in a graph: one allreduce per gradient (as Horovod), so each starts when its gradient exists.
+    for groups, want in [(None, [[1], [2], [3], [4]]), (2, [[1, 2], [3, 4]]), ([[vs[1], vs[3]]], [[1], [2, 4], [3]])]:
         opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), groups=groups)
         opt.build(vs)
         step = tf.function(lambda: opt.apply([tf.ones_like(v) for v in vs], vs))
         graph = step.get_concrete_function().graph
-        ops = [op for op in graph.get_operations() if op.type == "HorovodGroupedAllreduce"]
+        ops = [op for op in graph.get_operations() if op.type in ("HorovodGroupedAllreduce", "HorovodAllreduce")]
         assert sorted(sorted(int(t.shape[0]) for t in op.inputs) for op in ops) == want, groups

@@ -12,7 +12,8 @@ const std::vector<Knob>& KnobTable() {
       {"TFRING_FUSION_THRESHOLD", KnobType::INT, "8388608",
        "Bytes of small allreduces packed into one fusion buffer per collective call (0 disables fusion)."},
       {"TFRING_CYCLE_TIME", KnobType::DOUBLE, "1",
-       "Milliseconds the background thread waits for more work before negotiating an idle cycle."},
+       "Milliseconds between negotiation cycles while collectives wait for other ranks (a burst of collectives "
+       "shares cycles); a collective reaching an empty queue starts a cycle at once."},
       {"TFRING_CACHE_CAPACITY", KnobType::INT, "1024",
        "Responses kept for the steady-state bit-vector fast path (0 disables the cache)."},
       {"TFRING_LOG_LEVEL", KnobType::STRING, "warning", "trace, debug, info, warning or error."},
@@ -34,6 +35,9 @@ const std::vector<Knob>& KnobTable() {
        "(0: no deadline)."},
       {"TFRING_DYNAMIC_PROCESS_SETS", KnobType::BOOL, "0",
        "1 allows add_process_set/remove_process_set after init() (every rank must set it alike)."},
+      {"TFRING_OUTPUT_CACHE_BYTES", KnobType::INT, "268435456",
+       "Idle bytes of freed collective outputs (>= 256 KiB each, CPU) kept mapped for reuse by later outputs of "
+       "the same size, so they do not page-fault on first touch (0 disables; read once per process)."},
       {"TFRING_AUTOTUNE", KnobType::BOOL, "0",
        "1: rank 0 tunes the fusion threshold and cycle time online from measured collective throughput and "
        "ships each setting to all ranks; it ends with the best one."},

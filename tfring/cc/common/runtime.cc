@@ -1,5 +1,7 @@
 #include "runtime.h"
 
+#include <thread>
+
 #include <algorithm>
 #include <chrono>
 
@@ -186,17 +188,29 @@ void Runtime::FailAll(const Status& status) {
 
 
 void Runtime::Loop() {
+  auto last_cycle = std::chrono::steady_clock::now();
   while (true) {
     // A rank with nothing outstanding does not negotiate every cycle: it waits for work (or the idle wait, so
     // shutdown, stall reports and joined peers still progress). Every cycle is a collective, and a peer that
     // is busy computing would otherwise have its core taken by two background threads spinning in MPI.
     // With process sets, every rank negotiates every cycle (as Horovod does): the global set's negotiation is a
     // collective of all ranks, and a rank idling in the global set would hold up the other sets' cycles.
+    // Work that is still queued after a cycle waits for other ranks: the next cycle comes one cycle time after
+    // the last one started, not at each new local enqueue. A burst of collectives (a graph's gradients) then
+    // shares a few cycles instead of one negotiation per tensor, each a collective whose waiting rank spins in
+    // MPI on the cores that produce the remaining gradients (measured: 214 gradients enqueued over 107 ms
+    // instead of 13). A collective arriving at an empty queue still starts a cycle at once (low latency).
     const auto cycle = std::chrono::microseconds(static_cast<int64_t>(cycle_time_ms_ * 1000));
     const auto sets = sets_.All();
-    bool busy = sets.size() > 1;
-    for (const auto& set : sets) busy = busy || (set->queue && set->queue->HasEntries());
-    signal_->Wait(busy ? cycle : std::max(cycle, kIdleWait));
+    bool queued = false;
+    for (const auto& set : sets) queued = queued || (set->queue && set->queue->HasEntries());
+    if (queued) {
+      std::this_thread::sleep_until(last_cycle + cycle);
+      signal_->Wait(std::chrono::microseconds(0));  // clears the notifications the sleep absorbed
+    } else {
+      signal_->Wait(sets.size() > 1 ? cycle : std::max(cycle, kIdleWait));
+    }
+    last_cycle = std::chrono::steady_clock::now();
     timeline_.Cycle();
     ResponseList list;
     if (!Cycle(*sets[0], shutdown_requested_ || !loop_status_.ok(), &list)) break;

@@ -1,5 +1,8 @@
 #include "adapter.h"
 
+#include "output_cache.h"
+#include "../common/logging.h"
+
 #ifdef TFRING_HAVE_NCCL
 #include "xla/stream_executor/stream.h"
 #include "xla/stream_executor/stream_executor.h"
@@ -27,10 +30,26 @@ Status TFOpContext::AllocateOutput(int index, const Shape& shape, std::shared_pt
   tfw::TensorShape ts;
   for (int64_t d : shape) ts.AddDim(d);
   tfw::Tensor* t = nullptr;
-  tfw::Status s = ctx_->allocate_output(index, ts, &t);
+  tfw::Status s = AllocateOutputTensor(ctx_, index, ts, &t);
   if (!s.ok()) return Status::Unknown("tfring: could not allocate output: " + std::string(s.message()));
   out->reset(new TFTensor(*t));
   return Status::OK();
+}
+
+tfw::Status AllocateOutputTensor(tfw::OpKernelContext* ctx, int index, const tfw::TensorShape& shape, tfw::Tensor** out) {
+  OutputCache* cache = OutputCache::Get();
+  const tfw::DataType dtype = ctx->expected_output_dtype(index);
+  const int64_t bytes = shape.num_elements() * tfw::DataTypeSize(dtype);
+  if (cache->capacity() > 0 && bytes >= static_cast<int64_t>(OutputCache::kMinBytes) &&
+      ctx->device()->device_type() == tfw::DEVICE_CPU) {
+    tfw::Tensor t(cache, dtype, shape);
+    if (t.IsInitialized()) {
+      ctx->set_output(index, t);
+      *out = ctx->mutable_output(index);
+      return tfw::OkStatus();
+    }
+  }
+  return ctx->allocate_output(index, shape, out);
 }
 
 tfw::Status ToTF(const Status& s) {
@@ -140,14 +159,15 @@ bool MakeEntry(tfw::OpKernelContext* ctx, int index, const std::string& name, Op
   }
   for (int i = 0; i < input.dims(); ++i) r.shape.push_back(input.dim_size(i));
   if (!SetGpuStream(ctx, index, entry)) return false;
-  entry->input = std::make_shared<TFTensor>(input);
-  entry->context = std::make_shared<TFOpContext>(ctx);
-  entry->output_index = index;
   if (same_shape) {
     tfw::Tensor* out = nullptr;
-    // Forward the input buffer when TF allows it: the collective then runs in place with no copy.
-    if (!ctx->forward_input_to_output_with_shape(index, index, input.shape(), &out) || out == nullptr) {
-      tfw::Status s = ctx->allocate_output(index, input.shape(), &out);
+    // Forward the input buffer when TF allows it (nothing else holds it, e.g. a gradient only this op reads):
+    // the collective then runs in place, with no output to allocate and no copy. This must come before the
+    // entry takes its own reference to the input, or TF sees two holders and never forwards.
+    const bool forwarded = ctx->forward_input_to_output_with_shape(index, index, input.shape(), &out) && out;
+    TFR_LOG(TFR_TRACE, "tensor '" << name << "': " << (forwarded ? "in place (input forwarded)" : "new output"));
+    if (!forwarded) {
+      tfw::Status s = AllocateOutputTensor(ctx, index, input.shape(), &out);
       if (!s.ok()) {
         ctx->SetStatus(s);
         return false;
@@ -155,6 +175,9 @@ bool MakeEntry(tfw::OpKernelContext* ctx, int index, const std::string& name, Op
     }
     entry->output = std::make_shared<TFTensor>(*out);
   }
+  entry->input = std::make_shared<TFTensor>(input);
+  entry->context = std::make_shared<TFOpContext>(ctx);
+  entry->output_index = index;
   return true;
 }
 

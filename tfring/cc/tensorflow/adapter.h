@@ -35,6 +35,9 @@ class TFOpContext : public OpContext {
   tfw::OpKernelContext* ctx_;
 };
 
+// Output `index` of the op: large CPU outputs come from the warm OutputCache, the rest from TF's allocator.
+tfw::Status AllocateOutputTensor(tfw::OpKernelContext* ctx, int index, const tfw::TensorShape& shape, tfw::Tensor** out);
+
 tfw::Status ToTF(const Status& s);
 bool FromTF(tfw::DataType in, DataType* out);
 

@@ -24,6 +24,25 @@ void DivideAs(void* data, int64_t n, int d) {
   for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(d));
 }
 
+// Average of floating-point tensors: x / d, exactly as numpy's sum / n. Scalar division cost 40 ms per 100 MB
+// here, more than the collective; blocks of 16 let the compiler emit vector divisions (SLP at -O2), and a
+// power-of-two d multiplies by its reciprocal, which is exact (the same correctly rounded value as the division).
+template <typename T>
+void DivideFloat(void* data, int64_t n, int d) {
+  T* p = static_cast<T*>(data);
+  const T dd = static_cast<T>(d);
+  int64_t i = 0;
+  if ((d & (d - 1)) == 0) {
+    const T r = static_cast<T>(1) / dd;
+    for (; i + 16 <= n; i += 16)
+      for (int j = 0; j < 16; ++j) p[i + j] *= r;
+  } else {
+    for (; i + 16 <= n; i += 16)
+      for (int j = 0; j < 16; ++j) p[i + j] /= dd;
+  }
+  for (; i < n; ++i) p[i] /= dd;
+}
+
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
 void Divide16(void* data, int64_t n, int d) {
   uint16_t* p = static_cast<uint16_t*>(data);
@@ -41,8 +60,8 @@ void DivideBuffer(void* data, int64_t n, DataType dtype, int d) {
     case DataType::INT16: DivideAs<int16_t>(data, n, d); break;
     case DataType::INT32: DivideAs<int32_t>(data, n, d); break;
     case DataType::INT64: DivideAs<int64_t>(data, n, d); break;
-    case DataType::FLOAT32: DivideAs<float>(data, n, d); break;
-    case DataType::FLOAT64: DivideAs<double>(data, n, d); break;
+    case DataType::FLOAT32: DivideFloat<float>(data, n, d); break;
+    case DataType::FLOAT64: DivideFloat<double>(data, n, d); break;
     case DataType::FLOAT16: Divide16<HalfToFloat, FloatToHalf>(data, n, d); break;
     case DataType::BFLOAT16: Divide16<Bf16ToFloat, FloatToBf16>(data, n, d); break;
     case DataType::BOOL: break;

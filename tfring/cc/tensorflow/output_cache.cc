@@ -1,0 +1,99 @@
+#include "output_cache.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+
+#include "../common/env.h"
+
+namespace tfring {
+namespace tf {
+
+OutputCache* OutputCache::Get() {
+  static OutputCache* cache = [] {
+    long long cap = std::atoll(KnobValue("TFRING_OUTPUT_CACHE_BYTES").c_str());
+    return new OutputCache(cap > 0 ? static_cast<size_t>(cap) : 0);
+  }();
+  return cache;
+}
+
+namespace {
+constexpr size_t kPage = 4096;
+constexpr size_t kHugePage = 2 << 20;
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+void* OutputCache::AllocateRaw(size_t alignment, size_t num_bytes) {
+  // Blocks are whole pages (>= 64-byte aligned, TF's requirement); a cached block serves a request of up to
+  // 1/8 less than its size, so shapes that differ slightly still reuse each other's memory.
+  const size_t size = RoundUp(num_bytes == 0 ? 1 : num_bytes, kPage);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_size_.lower_bound(size);
+    if (it != by_size_.end() && it->first <= size + size / 8) {
+      void* block = it->second->second;
+      const size_t have = it->first;
+      idle_.erase(it->second);
+      by_size_.erase(it);
+      stats_.idle_bytes -= have;
+      stats_.live_bytes += have;
+      stats_.hits++;
+      live_[block] = have;
+      return block;
+    }
+    stats_.misses++;
+  }
+  void* block = nullptr;
+  if (posix_memalign(&block, alignment < kPage ? kPage : alignment, size) != 0) return nullptr;
+  // Transparent huge pages where the kernel offers them on request: the first touch then faults once per 2 MiB.
+  if (size >= kHugePage) madvise(block, size, MADV_HUGEPAGE);
+  std::lock_guard<std::mutex> lock(mu_);
+  live_[block] = size;
+  stats_.live_bytes += size;
+  return block;
+}
+
+void OutputCache::DeallocateRaw(void* ptr) {
+  if (ptr == nullptr) return;
+  size_t size = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return;  // not ours: never happens, but never free what we did not allocate
+    size = it->second;
+    live_.erase(it);
+    stats_.live_bytes -= size;
+    if (size <= capacity_) {
+      EvictLocked(size);
+      idle_.emplace_back(size, ptr);
+      by_size_.emplace(size, std::prev(idle_.end()));
+      stats_.idle_bytes += size;
+      return;
+    }
+  }
+  std::free(ptr);
+}
+
+void OutputCache::EvictLocked(size_t need) {
+  while (!idle_.empty() && stats_.idle_bytes + need > capacity_) {
+    auto [size, block] = idle_.front();
+    auto range = by_size_.equal_range(size);
+    for (auto it = range.first; it != range.second; ++it)
+      if (it->second == idle_.begin()) {
+        by_size_.erase(it);
+        break;
+      }
+    idle_.pop_front();
+    stats_.idle_bytes -= size;
+    stats_.evictions++;
+    std::free(block);
+  }
+}
+
+OutputCache::Stats OutputCache::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace tf
+}  // namespace tfring
