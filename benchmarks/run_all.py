@@ -81,7 +81,8 @@ def run_suite(args, impls):
     return median_rows(merged_runs)
 
 
-TRAIN_CASES = [("tape", "tfring"), ("tape", "horovod"), ("tape", "mwms"), ("fit", "tfring"), ("fit", "horovod")]
+TRAIN_CASES = [("tape", "none"), ("tape", "tfring"), ("tape", "horovod"), ("tape", "mwms"), ("fit", "tfring"),
+               ("fit", "horovod")]
 
 
 def run_train(args, impls):

@@ -2,7 +2,9 @@
 `--mode tape` (gradients and their allreduces in one tf.function via DistributedGradientTape, then SGD) or
 `--mode fit` (Keras fit with DistributedOptimizer). `--impl tfring|horovod|mwms` picks the library; mwms is
 tf.distribute.MultiWorkerMirroredStrategy in a custom loop (tape mode only: Keras 3's fit() under MWMS fails in
-its symbolic build on this TF/Keras). Scaling efficiency = samples/s at np=2 / (2 x at np=1).
+its symbolic build on this TF/Keras); `--impl none` runs the same custom loop with no collective at all (the
+ceiling: what two processes computing side by side reach on this machine). Scaling efficiency = samples/s at
+np=2 / (2 x at np=1).
 
     tfringrun -np 2 python benchmarks/train_step.py --impl tfring --mode tape --out r.json
 --one-core pins the process to CPU 0 before TensorFlow starts (the fair np=1 baseline on a 2-core machine: each
@@ -16,7 +18,7 @@ import sys
 import time
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--impl", choices=("tfring", "horovod", "mwms"), default="tfring")
+parser.add_argument("--impl", choices=("tfring", "horovod", "mwms", "none"), default="tfring")
 parser.add_argument("--mode", choices=("tape", "fit"), default="tape")
 parser.add_argument("--batch-size", type=int, default=64, help="per rank")
 parser.add_argument("--steps", type=int, default=30)
@@ -86,8 +88,9 @@ def run_tape():
         with strategy.scope():
             model, opt = build_model(), keras.optimizers.SGD(0.001)
     else:
-        hvd = load(ARGS.impl)
-        hvd.init()
+        if ARGS.impl != "none":
+            hvd = load(ARGS.impl)
+            hvd.init()
         model, opt = build_model(), keras.optimizers.SGD(0.001)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     x, y = (tf.constant(a[:ARGS.batch_size]) for a in data())
@@ -97,7 +100,7 @@ def run_tape():
             loss = loss_fn(y, model(x, training=True))
             if ARGS.impl == "mwms":
                 loss = loss / COMM.size  # Keras' optimizer sums the gradients over MWMS replicas
-        if ARGS.impl != "mwms":
+        if ARGS.impl not in ("mwms", "none"):
             tape = hvd.DistributedGradientTape(tape)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
@@ -119,7 +122,23 @@ def run_fit():
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.001)),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     ds = dataset(ARGS.batch_size)
-    return model, timed(lambda n: model.fit(ds, steps_per_epoch=n, epochs=1, verbose=0))
+
+    class StepTimer(keras.callbacks.Callback):
+        """Per-batch wall time (a batch-level callback, as verbose=1's progress bar: Keras then finishes each
+        step before the next). Without one, both Keras 3 and tf.keras 2.15 ran 1.5-2x slower per step here at
+        np=1 on one core, growing with the step count: not understood, so not measured that way."""
+        times = []
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.t0 = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.times.append(time.perf_counter() - self.t0)
+    timer = StepTimer()
+    model.fit(ds, steps_per_epoch=3, epochs=1, verbose=0)  # warm-up: tracing, first allocations
+    COMM.Barrier()
+    model.fit(ds, steps_per_epoch=ARGS.steps, epochs=1, verbose=0, callbacks=[timer])
+    return model, COMM.allreduce(float(np.median(timer.times)), op=MPI.MAX) * ARGS.steps
 
 
 def main():
