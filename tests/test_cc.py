@@ -5,7 +5,8 @@ import subprocess
 
 from conftest import ROOT
 
-CORE = ["types", "message", "env", "logging", "tensor_queue", "response_cache", "coordinator", "controller",
+CORE = ["types", "message", "env", "logging", "tensor_queue", "response_cache", "response_builder", "coordinator",
+        "controller",
         "fusion", "timeline", "completion_queue", "autotune"]
 
 

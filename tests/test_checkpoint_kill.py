@@ -1,6 +1,5 @@
 """BestModelCheckpoint writes a temp file and renames it: killing the process during a save leaves the previous
 checkpoint loadable (never a half-written file at the checkpoint path)."""
-import os
 import signal
 import subprocess
 import sys

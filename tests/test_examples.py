@@ -1,5 +1,4 @@
 """Each example runs at np=2 through tfringrun, as a user would run it."""
-import os
 import subprocess
 import sys
 

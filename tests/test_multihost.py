@@ -39,8 +39,9 @@ def hosts(tmp_path_factory):
     _nh("down", check=False)
 
 
-def tfringrun_on_h1(fake_ssh, args, timeout=120):
+def tfringrun_on_h1(fake_ssh, args, timeout=120, extra_env=None):
     env = dict(rank_env(), **NETNS_ENV)
+    env.update(extra_env or {})
     env["PATH"] = fake_ssh + os.pathsep + env["PATH"]
     cmd = [NH, "exec", "h1", sys.executable, "-m", "tfring.runner", "-np", "2", "-H", "h1:1,h2:1",
            "--network-interface", NETNS_ENV["NETNS_HOSTS_SUBNET"] + ".0/24"] + args
@@ -56,6 +57,27 @@ def test_allreduce_across_two_hosts(hosts, tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out[-3000:]
     assert "[0]<stdout>:RESULT h1 0 2 3.0" in out and "[1]<stdout>:RESULT h2 1 2 3.0" in out, out[-3000:]
+
+
+def test_environment_reaches_the_second_host(hosts, tmp_path):
+    """Like a real sshd, this ssh gives the remote side a clean login environment: whatever the ranks on h2 see
+    beyond it, tfringrun forwarded (mpirun -x)."""
+    clean = tmp_path / "cleanssh"
+    clean.mkdir()
+    (clean / "ssh").write_text("#!/bin/sh\nexec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=\"$HOME\" "
+                               "NETNS_HOSTS_PREFIX=%s %s \"$@\"\n" % (NETNS_ENV["NETNS_HOSTS_PREFIX"],
+                                                                      os.path.join(NETNS, "netns-agent")))
+    (clean / "ssh").chmod(0o755)
+    job = tmp_path / "env.py"
+    job.write_text("import os, socket\n"
+                   "print('ENV', socket.gethostname(), os.environ.get('MY_VAR'), os.environ.get('PYTHONPATH'),\n"
+                   "      os.environ.get('TFRING_CYCLE_TIME'), 'SSH_AUTH_SOCK' in os.environ, flush=True)\n")
+    pythonpath = os.environ.get("PYTHONPATH") or ROOT
+    proc = tfringrun_on_h1(str(clean), ["--cycle-time-ms", "4", "python", str(job)],
+                           extra_env={"MY_VAR": "two words", "PYTHONPATH": pythonpath, "SSH_AUTH_SOCK": "/nope"})
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    assert "[1]<stdout>:ENV h2 two words %s 4.0 False" % pythonpath in out, out[-3000:]
 
 
 def test_cut_link_ends_the_job_within_30_seconds(hosts, tmp_path):

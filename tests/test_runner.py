@@ -1,17 +1,20 @@
 """tfringrun: flags, host parsing, output tagging, exit codes, signals, --check-build, run() API."""
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import tracemalloc
 
 import pytest
 
 from conftest import HERE, ROOT, rank_env
-from tfring.runner.flags import apply_config_file, build_parser, knob_env, read_config_file
 from tfring.runner.hosts import parse_hostfile, parse_hosts
-from tfring.runner.launch import build_command
+from tfring.runner.launch import build_command, parse
+from tfring.runner.output import KEEP_LINES, Relay
 
 
 def tfringrun(args, timeout=300, **kw):
@@ -38,46 +41,25 @@ def test_hosts_and_hostfile(tmp_path):
 
 
 def test_command_for_root_oversubscription_and_remote_hosts():
-    args = build_parser().parse_args(["-np", "8", "python", "x.py"])
-    cmd = build_command(args)
+    cmd = build_command(parse(["-np", "8", "python", "x.py"]))
     assert "--oversubscribe" in cmd and "--bind-to" in cmd and cmd[cmd.index("--host") + 1] == "localhost:8"
     assert ("--allow-run-as-root" in cmd) == (os.geteuid() == 0)
-    remote = build_command(build_parser().parse_args(["-np", "2", "-H", "h1:1,h2:1", "-p", "2222", "-i", "/k",
-                                                      "--network-interface", "eth0", "python", "x.py"]))
+    remote = build_command(parse(["-np", "2", "-H", "h1:1,h2:1", "-p", "2222", "-i", "/k",
+                                  "--network-interface", "eth0", "python", "x.py"]))
     assert "oob_tcp_keepalive_time" in remote and "--oversubscribe" not in remote
     assert remote[remote.index("plm_ssh_args") + 1] == "-p 2222 -i /k"
     assert remote[remote.index("btl_tcp_if_include") + 1] == "eth0"
 
 
-def test_flags_and_config_file_map_onto_the_knob_table(tmp_path):
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("verbose: true\nparams:\n  fusion_threshold_mb: 32\n  cycle_time_ms: 2.5\n"
-                   "stall_check:\n  warning_time_seconds: 30\n  enabled: true\nlogging:\n  level: debug\n")
-    args = apply_config_file(build_parser().parse_args(["--config-file", str(cfg), "--cycle-time-ms", "7",
-                                                        "--cache-capacity", "10", "python", "x.py"]))
-    env = knob_env(args)
-    assert env == {"TFRING_FUSION_THRESHOLD": str(32 * 1024 * 1024), "TFRING_CYCLE_TIME": "7.0",
-                   "TFRING_CACHE_CAPACITY": "10", "TFRING_STALL_CHECK_TIME_SECONDS": "30",
-                   "TFRING_LOG_LEVEL": "debug"}
-    assert args.verbose
-    assert knob_env(build_parser().parse_args(["--disable-cache", "--no-stall-check", "x"])) == {
-        "TFRING_CACHE_CAPACITY": "0", "TFRING_STALL_CHECK_DISABLE": "1"}
-    cfg.write_text("params:\n  fusion_threshold: 3\n")
-    with pytest.raises(ValueError, match="unknown key 'fusion_threshold'"):
-        read_config_file(str(cfg))
-
-
-def test_unknown_unbuilt_and_gloo_flags_are_clear_errors():
-    proc = tfringrun(["--no-such-flag", "-np", "2", "python", "x.py"])
-    assert proc.returncode == 2 and "unrecognized arguments: --no-such-flag" in proc.stdout
-    proc = tfringrun(["-np", "2", "--autotune", "--autotune-bayes-opt-max-samples", "5", "python", "x.py"])
-    assert proc.returncode != 0 and "--autotune-bayes-opt-max-samples: Bayesian-optimisation autotune is not built" \
-        in proc.stdout
-    assert knob_env(build_parser().parse_args(["--autotune", "--autotune-log-file", "t.csv",
-                                               "--autotune-sample-seconds", "0.2", "x"])) == {
-        "TFRING_AUTOTUNE": "1", "TFRING_AUTOTUNE_LOG": "t.csv", "TFRING_AUTOTUNE_SAMPLE_SECONDS": "0.2"}
-    proc = tfringrun(["-np", "2", "--gloo", "python", "x.py"])
-    assert proc.returncode != 0 and "--gloo is not supported" in proc.stdout and "use --mpi" in proc.stdout
+def test_unknown_and_unbuilt_flags_are_one_line_exit_2_from_the_command_line():
+    """The real entry point (test_runner_flags.py covers every flag in-process)."""
+    for argv, words in [(["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+                        (["-hostfile"], "argument -hostfile/--hostfile: expected one argument"),
+                        (["--autotune", "--autotune-bayes-opt-max-samples", "5"],
+                         "--autotune-bayes-opt-max-samples: tfring's autotune is a coordinate search"),
+                        (["--gloo"], "--gloo: the Gloo controller is not built")]:
+        proc = tfringrun(["-np", "2"] + argv + ["python", "x.py"] if argv != ["-hostfile"] else argv)
+        assert proc.returncode == 2 and proc.stdout.count("\n") == 1 and words in proc.stdout, proc.stdout
 
 
 def test_check_build_is_truthful():
@@ -102,14 +84,149 @@ def test_output_is_tagged_by_rank_in_whole_lines_and_logged_per_rank(tmp_path):
     logs = tmp_path / "logs"
     proc = tfringrun(["-np", "3", "--output-filename", str(logs), "python", job])
     assert proc.returncode == 0, proc.stdout[-3000:]
-    lines = [l for l in proc.stdout.splitlines() if "-line" in l]
+    lines = [ln for ln in proc.stdout.splitlines() if "-line" in ln]
     assert len(lines) == 900
     for line in lines:
         rank = line[1]
         assert line.startswith("[%s]<stdout>:rank%s-line" % (rank, rank)) and line.endswith("x-end"), line[:80]
     for r in range(3):
         own = (logs / ("rank.%d.log" % r)).read_text().splitlines()
-        assert len(own) == 300 and all(l.startswith("[%d]<stdout>:rank%d-" % (r, r)) for l in own)
+        assert len(own) == 300 and all(ln.startswith("[%d]<stdout>:rank%d-" % (r, r)) for ln in own)
+
+
+def test_carriage_return_updates_keep_their_rank_tag_and_reach_the_rank_log(tmp_path):
+    """Keras verbose=1 writes backspaces, then '\\r', then the bar: every update must carry its rank's tag,
+    on the terminal and in rank.N.log, and stay a '\\r' update (not become a new line)."""
+    job = script(tmp_path, """
+        import sys, time
+        from mpi4py import MPI
+        r = MPI.COMM_WORLD.rank
+        for i in range(5):
+            sys.stdout.write("\\b" * 20 + "\\r" + "progress r%d step %d/5" % (r, i))
+            sys.stdout.flush()
+            time.sleep(0.05)
+        sys.stdout.write(" done\\n")
+    """)
+    logs = tmp_path / "logs"
+    proc = subprocess.run([sys.executable, "-m", "tfring.runner", "-np", "2", "--output-filename", str(logs),
+                           "python", job], cwd=ROOT, env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        for where, data in (("stdout", proc.stdout), ("log", (logs / ("rank.%d.log" % r)).read_bytes())):
+            pieces = [p for p in re.split(rb"[\r\n]", data) if b"progress r%d" % r in p]
+            assert len(pieces) == 5, (where, data[-2000:])
+            assert all(p.startswith(b"[%d]<stdout>:progress r%d step" % (r, r)) for p in pieces), (where, pieces)
+            assert b"\r[%d]<stdout>:progress r%d step 4/5 done\n" % (r, r) in data, (where, data[-2000:])
+
+
+def test_prefix_timestamp_and_log_timestamp(tmp_path):
+    job = script(tmp_path, """
+        import sys
+        from mpi4py import MPI
+        r = MPI.COMM_WORLD.rank
+        print("line-a r%d" % r, flush=True)
+        sys.stderr.write("[tfring WARNING rank %d] backend says hi\\n" % r)
+        sys.stderr.flush()
+    """)
+    when = r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+    proc = tfringrun(["-np", "2", "-prefix-timestamp", "python", job], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for r in range(2):
+        assert re.search(r"(?m)^%s\[%d\]<stdout>:line-a r%d$" % (when, r, r), proc.stdout), proc.stdout
+        assert re.search(r"(?m)^%s\[%d\]<stderr>:\[tfring WARNING" % (when, r), proc.stdout), proc.stdout
+    proc = tfringrun(["-np", "2", "--log-with-timestamp", "python", job], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for r in range(2):  # only tfring's own log lines get a time
+        assert re.search(r"(?m)^\[%d\]<stdout>:line-a r%d$" % (r, r), proc.stdout), proc.stdout
+        assert re.search(r"(?m)^%s\[%d\]<stderr>:\[tfring WARNING" % (when, r), proc.stdout), proc.stdout
+
+
+def test_relay_memory_does_not_grow_with_output(tmp_path):
+    """50 MB on one line, then far more of mpirun's own lines than are kept: the relay streams both."""
+    read_end, write_end = os.pipe()
+
+    def writer():
+        with os.fdopen(write_end, "wb") as f:
+            f.write(b"[1,0]<stdout>: ")
+            block = b"x" * (1 << 20)
+            for _ in range(50):
+                f.write(block)
+            f.write(b"\n")
+            for i in range(20000):
+                f.write(b"mpirun says %d\n" % i)
+
+    class Sink:
+        n = 0
+        buffer = property(lambda self: self)
+
+        def write(self, data):
+            self.n += len(data)
+
+        def flush(self):
+            pass
+
+    sink, relay = Sink(), Relay(str(tmp_path / "logs"))
+    t = threading.Thread(target=writer)
+    tracemalloc.start()
+    try:
+        t.start()
+        with os.fdopen(read_end, "rb", buffering=0) as stream:
+            relay.pump(stream, sink)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        t.join()
+    relay.close()
+    untagged = sum(len(b"mpirun says %d\n" % i) for i in range(20000))
+    assert sink.n == len(b"[0]<stdout>:") + (50 << 20) + 1 + untagged
+    assert (tmp_path / "logs" / "rank.0.log").stat().st_size == len(b"[0]<stdout>:") + (50 << 20) + 1
+    assert len(relay.untagged) == KEEP_LINES and relay.untagged[-1] == "mpirun says 19999\n"
+    assert peak < 4 << 20, "relay peaked at %.1f MB" % (peak / 2 ** 20)
+
+
+def test_flags_reach_the_ranks(tmp_path):
+    """A real job: knobs from flags and a config file, --mpi-threads-disable and the user's variables."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("params: {fusion_threshold_mb: 2, cycle_time_ms: 9}\n")
+    job = script(tmp_path, """
+        import os
+        import tensorflow as tf, tfring as hvd
+        hvd.init()
+        v = hvd.allreduce(tf.constant(1.0), op=hvd.Sum)
+        print("GOT", hvd.rank(), hvd.mpi_threads_supported(), hvd.tunables(), float(v), os.environ["MY_VAR"],
+              flush=True)
+    """)
+    env = dict(rank_env(), MY_VAR="a b")
+    proc = subprocess.run([sys.executable, "-m", "tfring.runner", "-np", "2", "--config-file", str(cfg),
+                           "--cycle-time-ms", "3", "--mpi-threads-disable", "python", job], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for r in range(2):
+        assert "[%d]<stdout>:GOT %d False (2097152, 3.0) 2.0 a b" % (r, r) in proc.stdout, proc.stdout[-3000:]
+
+
+def test_start_timeout_ends_a_job_whose_ranks_never_start(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ssh").write_text("#!/bin/sh\nsleep 120\n")  # a host that never answers
+    (fake / "ssh").chmod(0o755)
+    env = dict(rank_env(), PATH=str(fake) + os.pathsep + os.environ["PATH"])
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "tfring.runner", "-np", "2", "-H", "localhost:1,deadhost:1",
+                           "--start-timeout", "3", "python", "-c", "pass"], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert time.time() - start < 30, proc.stdout[-3000:]
+    assert proc.returncode != 0 and "of 2 did not start within 3 s (--start-timeout)" in proc.stdout, \
+        proc.stdout[-3000:]
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", str(fake / "ssh")], stdout=subprocess.PIPE, text=True).stdout.split()
+    assert left == [], "the stuck ssh outlived the job: %s" % left
+    logs = tmp_path / "logs"
+    proc = tfringrun(["-np", "2", "--start-timeout", "60", "--output-filename", str(logs), "python", "-c",
+                      "print('hi')"], timeout=120)
+    assert proc.returncode == 0 and proc.stdout.count("<stdout>:hi\n") == 2, proc.stdout
+    assert "rank-started" not in proc.stdout + (logs / "rank.0.log").read_text()  # the start marker is swallowed
 
 
 @pytest.mark.parametrize("mode,code,words", [
@@ -182,3 +299,11 @@ def test_run_api_returns_results_in_rank_order():
     path = os.pathsep.join(p for p in [HERE, os.environ.get("PYTHONPATH", "")] if p)
     results = run(square_of_rank, args=(10,), np=3, env={"PYTHONPATH": path})
     assert results == [(10, 6), (11, 6), (14, 6)]
+
+
+def test_run_api_ships_closures_both_ways():
+    # Plain pickle refuses a lambda (by reference) both as the function and as a rank's result.
+    from tfring.runner import run
+    base = 7
+    results = run(lambda k: (lambda x: x * k + base), args=(3,), np=2)
+    assert [f(2) for f in results] == [13, 13]

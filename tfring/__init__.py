@@ -13,11 +13,12 @@ from tfring import _lib
 
 _lib.check_tensorflow_version()  # fails here, with how to rebuild, if the library was built for another TF
 
-__version__ = "0.1.0"
+from tfring.version import __version__  # noqa: E402 (after the TF check)
 
 _API = {
     "tfring.basics": ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built",
-                      "gloo_enabled", "init", "is_homogeneous", "is_initialized", "knob_table", "local_rank", "local_size", "mpi_built",
+                      "gloo_enabled", "init", "is_homogeneous", "is_initialized", "knob_table", "local_rank",
+                      "local_size", "mpi_built",
                       "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size",
                       "start_timeline", "stop_timeline", "tunables"],
     "tfring.compat_optimizer": ["DistributedOptimizer"],

@@ -8,8 +8,23 @@ _atexit_registered = False
 
 
 def init(comm=None, process_sets=None):
-    """Starts tfring on MPI_COMM_WORLD, or on `comm` (an mpi4py communicator or a list of world ranks).
-    process_sets: tfring.ProcessSet objects every rank passes alike (Horovod's static process sets)."""
+    """Starts tfring: MPI (if not yet initialized) and the background thread that runs the collectives.
+
+    Every rank calls it. Calling it again does nothing (sets passed again get their ids). A script run without a
+    launcher is a job of one rank. tfring shuts down by itself at interpreter exit.
+
+    Args:
+        comm: run on MPI_COMM_WORLD (None), on an mpi4py communicator, or on a list of MPI_COMM_WORLD ranks
+            (a process outside it gets a ValueError).
+        process_sets: `tfring.ProcessSet` objects to register (Horovod's static process sets); every rank passes
+            the same list.
+
+    Raises:
+        ValueError: `comm` is MPI.COMM_NULL, excludes this process or holds bad ranks, or a process set is
+            invalid on some rank.
+        TypeError: `comm` is neither a communicator nor a list.
+        RuntimeError: the runtime failed to start.
+    """
     global _atexit_registered
     from tfring import process_sets as ps_mod
     process_sets = list(process_sets or [])
@@ -52,7 +67,17 @@ def init(comm=None, process_sets=None):
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Starts writing a Chrome-trace timeline (rank 0 writes; open it in Perfetto). Same as TFRING_TIMELINE."""
+    """Starts writing a Chrome-trace timeline of the collectives (rank 0 writes it; open it in Perfetto).
+
+    The same as setting TFRING_TIMELINE (launcher: `--timeline-filename`).
+
+    Args:
+        file_path: the JSON file to write.
+        mark_cycles: also mark every background-thread cycle.
+
+    Raises:
+        ValueError: tfring is not initialized, or the file cannot be opened.
+    """
     c = _lib._c
     if c is None or not is_initialized():
         raise ValueError("tfring.start_timeline: tfring has not been initialized; call tfring.init() first")
@@ -62,18 +87,23 @@ def start_timeline(file_path, mark_cycles=False):
 
 
 def stop_timeline():
-    """Stops the timeline and closes the file (a complete JSON array)."""
+    """Stops the timeline and closes its file (a complete JSON array). Does nothing when none is running."""
     if _lib._c is not None:
         _lib._c.tfring_stop_timeline()
 
 
 def shutdown():
-    """Stops the background thread; pending collectives on every rank fail with an error."""
+    """Stops the background thread; collectives still pending fail with an error. `init()` may follow."""
     if _lib._c is not None:
         _lib._c.tfring_shutdown()
 
 
 def is_initialized():
+    """Whether `init()` ran and `shutdown()` did not.
+
+    Returns:
+        bool
+    """
     return _lib._c is not None and bool(_lib._c.tfring_is_initialized())
 
 
@@ -84,39 +114,112 @@ def _query(fn):
 
 
 def size():
+    """The number of ranks in the job.
+
+    Returns:
+        int
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
     return _query("tfring_size")
 
 
 def rank():
+    """This process's rank, 0 to size() - 1.
+
+    Returns:
+        int
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
     return _query("tfring_rank")
 
 
 def local_size():
+    """The number of ranks on this host.
+
+    Returns:
+        int
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
     return _query("tfring_local_size")
 
 
 def local_rank():
+    """This process's rank among the ranks on this host (pin a device with it).
+
+    Returns:
+        int
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
     return _query("tfring_local_rank")
 
 
 def cross_size():
+    """The number of ranks with this process's local rank (one per host when every host runs as
+    many ranks).
+
+    Returns:
+        int
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
     return _query("tfring_cross_size")
 
 
 def cross_rank():
+    """This process's rank among the ranks with its local rank (its host's index when every host
+    runs as many ranks).
+
+    Returns:
+        int
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
     return _query("tfring_cross_rank")
 
 
 def is_homogeneous():
+    """Whether every host runs the same number of ranks.
+
+    Returns:
+        bool
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
     return bool(_query("tfring_is_homogeneous"))
 
 
 def tunables():
-    """(fusion threshold in bytes, cycle time in ms) in force on this rank now; autotune changes them."""
+    """The tunable settings in force on this rank now (TFRING_AUTOTUNE=1 changes them while training).
+
+    Returns:
+        tuple: (fusion threshold in bytes, cycle time in ms).
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
     return int(_query("tfring_fusion_threshold")), float(_query("tfring_cycle_time_ms"))
 
 
 def mpi_threads_supported():
+    """Whether MPI was initialized with MPI_THREAD_MULTIPLE.
+
+    Returns:
+        bool
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
     return bool(_query("tfring_mpi_threads_supported"))
 
 
@@ -126,47 +229,92 @@ def _built(what):
 
 
 def mpi_built():
+    """Whether the op library was built with MPI (always: MPI is tfring's only controller).
+
+    Returns:
+        bool
+    """
     return _built("mpi")
 
 
 def mpi_enabled():
+    """Whether MPI is in use (the same as `mpi_built()`).
+
+    Returns:
+        bool
+    """
     return mpi_built()
 
 
 def nccl_built():
+    """Whether this build has the GPU (NCCL) path.
+
+    Returns:
+        bool
+    """
     return _built("nccl")
 
 
 def gloo_built():
+    """Gloo is not a tfring controller.
+
+    Returns:
+        bool: False
+    """
     return False
 
 
 def cuda_built():
+    """Whether this build was compiled with CUDA (the NCCL path).
+
+    Returns:
+        bool
+    """
     return _built("cuda")
 
 
 def rocm_built():
+    """ROCm is not supported.
+
+    Returns:
+        bool: False
+    """
     return False
 
 
 def ccl_built():
-    """Intel oneCCL: not a tfring backend."""
+    """Intel oneCCL is not a tfring backend.
+
+    Returns:
+        bool: False
+    """
     return False
 
 
 def ddl_built():
-    """IBM DDL: not a tfring backend."""
+    """IBM DDL is not a tfring backend.
+
+    Returns:
+        bool: False
+    """
     return False
 
 
-
-
 def gloo_enabled():
+    """Gloo is not a tfring controller.
+
+    Returns:
+        bool: False
+    """
     return False
 
 
 def knob_table():
-    """[(name, type, default, doc)] of every TFRING_* setting (HOROVOD_* names are aliases)."""
+    """Every TFRING_* environment setting the runtime reads (each also read as HOROVOD_*).
+
+    Returns:
+        list: (name, type, default, description) tuples of strings.
+    """
     _, c = _lib.load()
     rows = c.tfring_knob_table().decode().strip().splitlines()
     return [tuple(r.split("|", 3)) for r in rows]

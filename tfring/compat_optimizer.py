@@ -12,7 +12,13 @@ WHO = "tfring.DistributedOptimizer"
 
 class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
     """compute_gradients() reduces the inner optimizer's gradients over the ranks of the process set (a rank
-    outside the set, or a set of one rank, keeps its own); apply_gradients() and the rest delegate."""
+    outside the set, or a set of one rank, keeps its own); apply_gradients() and the rest delegate.
+
+    Args:
+        optimizer: the inner tf.compat.v1.train.Optimizer.
+        name, use_locking: for tf.compat.v1.train.Optimizer.
+        reducer: the `tfring.tape.GradientReducer`.
+    """
 
     def __init__(self, optimizer, name, use_locking, reducer):
         super().__init__(name=name, use_locking=use_locking)
@@ -51,9 +57,38 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=None, scale_local_gradients=True):
-    """Horovod's horovod.tensorflow.DistributedOptimizer. A tf.compat.v1.train.Optimizer gets a wrapper whose
-    compute_gradients() (and so minimize()) averages (op) the gradients over the ranks of process_set; a Keras
-    optimizer (Keras 3 or tf_keras) gets tfring.keras.DistributedOptimizer (use_locking is ignored there)."""
+    """Horovod's `horovod.tensorflow.DistributedOptimizer`: gradients reduced over the ranks of `process_set`.
+
+    A `tf.compat.v1.train.Optimizer` (TF1-style graphs) gets a wrapper whose `compute_gradients()`, and so
+    `minimize()`, reduces the gradients; `register_local_var(var)` keeps a variable's gradient local. A Keras
+    optimizer (Keras 3 or tf_keras) gets `tfring.keras.DistributedOptimizer` (`use_locking` is ignored there).
+
+    Args:
+        optimizer: a `tf.compat.v1.train.Optimizer` or a Keras optimizer.
+        name: the wrapper's name (default "Distributed" + the inner class name).
+        use_locking: passed to `tf.compat.v1.train.Optimizer`.
+        device_dense, device_sparse: device for the collectives (GPU builds) / for `tf.IndexedSlices`.
+        compression: `Compression.none`, `.fp16` or `.bf16`.
+        sparse_as_dense: turn `tf.IndexedSlices` gradients into dense ones before reducing them.
+        backward_passes_per_step: passes whose gradients are accumulated per communication (Keras only; 1 for
+            a tf.compat.v1 optimizer).
+        op: `Average` (default), `Sum` (or `Adasum` for a tf.compat.v1 optimizer).
+        gradient_predivide_factor: with Average, divide by this before the sum and by size/this after.
+        average_aggregated_gradients: Keras, with backward_passes_per_step > 1: average the passes' gradients
+            instead of summing them.
+        num_groups: deprecated spelling of an int `groups`.
+        groups: an int (that many contiguous groups) or lists of variables, one grouped allreduce each.
+        process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
+        scale_local_gradients: divide local variables' gradients by the set's size (Horovod's default).
+
+    Returns:
+        The wrapping optimizer.
+
+    Raises:
+        NotImplementedError: backward_passes_per_step != 1 with a tf.compat.v1 optimizer.
+        TypeError: `optimizer` is neither kind.
+        ValueError: malformed arguments (see `tfring.keras.DistributedOptimizer`).
+    """
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         if backward_passes_per_step != 1:
             raise NotImplementedError("%s: backward_passes_per_step=%r is not supported with a "

@@ -1,7 +1,11 @@
-"""Helpers built on the collectives: broadcast variables and arbitrary picklable Python objects.
+"""Helpers built on the collectives: broadcast variables and arbitrary Python objects.
 
-`process_set=None` means every rank (Horovod's global_process_set); root ranks are global ranks."""
+Objects are serialised with cloudpickle (lambdas, closures and classes defined in __main__ travel too, as in
+Horovod) and read back with the standard unpickler. `process_set=None` means every rank (Horovod's
+global_process_set); root ranks are global ranks."""
 import pickle
+
+import cloudpickle
 
 import numpy as np
 import tensorflow as tf
@@ -18,7 +22,17 @@ def _is_global(process_set):
 
 
 def process_set_size(process_set):
-    """Number of ranks in process_set; None (or 0, the global set's id) means every rank."""
+    """Number of ranks in a process set.
+
+    Args:
+        process_set: a `tfring.ProcessSet`, or None (or 0, the global set's id) for all ranks.
+
+    Returns:
+        int
+
+    Raises:
+        ValueError: the set is not registered, or is given by another id than 0.
+    """
     if _is_global(process_set):
         from tfring.basics import size
         return size()
@@ -30,15 +44,33 @@ def process_set_size(process_set):
 
 
 def process_set_rank(process_set):
-    """This process's rank within process_set (None or 0: the global rank)."""
+    """This process's rank within a process set.
+
+    Args:
+        process_set: a `tfring.ProcessSet`, or None (or 0) for all ranks.
+
+    Returns:
+        int: the rank in the set (-1 outside it; None if it is not registered); the global rank for all ranks.
+    """
     if _is_global(process_set):
         return rank()
     return process_set.rank()
 
 
 def broadcast_variables(variables, root_rank, process_set=None, inplace=False):
-    """Assigns root_rank's value to every variable on every rank of process_set. `inplace` is accepted for
-    Horovod compatibility: tfring always assigns the broadcast value into the existing variables."""
+    """Assigns `root_rank`'s values to the variables on every rank of the set.
+
+    Eagerly, all broadcasts run at once (one tf.function); in a TF1-style graph it returns the op to run.
+
+    Args:
+        variables: tf.Variable or keras.Variable objects, the same list on every rank.
+        root_rank: the global rank whose values are sent.
+        process_set: the `tfring.ProcessSet` (default: all ranks); only its ranks call it.
+        inplace: accepted for Horovod compatibility; the values are always assigned into the variables.
+
+    Returns:
+        None eagerly; in a graph, the op that broadcasts and assigns.
+    """
     variables = list(variables)
     if tf.executing_eagerly():
         # One tf.function so all broadcasts are in flight together (one negotiation, not one per variable).
@@ -61,7 +93,20 @@ def _broadcast_group(variables, root_rank, process_set, name="bcast"):
 
 
 def broadcast_(variables, root_rank, name=None, process_set=None):
-    """In-place broadcast: every variable takes root_rank's value; returns the variables' new values."""
+    """In-place broadcast: every variable takes `root_rank`'s value.
+
+    Args:
+        variables: a list of tf.Variable or keras.Variable objects, the same on every rank.
+        root_rank: the global rank whose values are sent.
+        name: prefix of the collectives' names (default "broadcast_inplace").
+        process_set: the `tfring.ProcessSet` (default: all ranks); only its ranks call it.
+
+    Returns:
+        list: the variables' new values (tensors).
+
+    Raises:
+        TypeError: `variables` is a single variable, or holds something that is not a variable.
+    """
     if hasattr(variables, "assign"):
         raise TypeError("tfring.broadcast_: variables must be a list of variables, got the single variable %r; "
                         "pass [variable]" % (variables,))
@@ -83,8 +128,21 @@ def broadcast_(variables, root_rank, name=None, process_set=None):
 
 
 def broadcast_global_variables(root_rank, process_set=None):
-    """Broadcasts every tf.compat.v1 global variable from root_rank (TF1-style graphs only, as in Horovod:
-    eager TF2 code has no global variables; use broadcast_variables(model.variables, root_rank))."""
+    """Broadcasts every tf.compat.v1 global variable from `root_rank`, for TF1-style graphs.
+
+    Eager TF2 code has no global variables: use `broadcast_variables(model.variables, root_rank)`, or for Keras
+    `tfring.keras.broadcast_global_variables(root_rank, model=...)` or `BroadcastGlobalVariablesCallback`.
+
+    Args:
+        root_rank: the global rank whose values are sent.
+        process_set: the `tfring.ProcessSet` (default: all ranks); only its ranks call it.
+
+    Returns:
+        The op that broadcasts and assigns (run it in the session).
+
+    Raises:
+        RuntimeError: called eagerly.
+    """
     if tf.executing_eagerly():
         raise RuntimeError("tfring.broadcast_global_variables() does not support eager execution; use "
                            "tfring.broadcast_variables(<model and optimizer variables>, root_rank) instead")
@@ -98,11 +156,23 @@ def _to_numpy(value, session):
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None):
-    """Pickles obj on root_rank and returns the same object on every rank of process_set. `session` is for
-    TF1-style graphs (default: the default session)."""
+    """Sends a Python object from `root_rank` to every rank of the set.
+
+    The object is serialized with cloudpickle, so lambdas and classes defined in `__main__` travel too.
+
+    Args:
+        obj: the object (only `root_rank`'s is used; the others may pass None).
+        root_rank: the global rank whose object is sent.
+        session: TF1-style graphs: the session to run the broadcasts in (default: the default session).
+        name: prefix of the collectives' names (default "broadcast_object").
+        process_set: the `tfring.ProcessSet` (default: all ranks); only its ranks call it.
+
+    Returns:
+        `root_rank`'s object (on `root_rank`, `obj` itself).
+    """
     name = name or "broadcast_object"
     if rank() == root_rank:
-        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
         length = tf.constant([payload.size], tf.int64)
     else:
         payload, length = None, tf.constant([0], tf.int64)
@@ -116,8 +186,20 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=None):
-    """Returns fn(obj) -> root_rank's obj, like broadcast_object; in a TF1-style graph the broadcast ops are
-    built once here (on placeholders) and every call only runs them in `session`."""
+    """A function `fn(obj)` that returns `root_rank`'s object, as `broadcast_object` does.
+
+    In a TF1-style graph the broadcast ops are built once here (on placeholders) and every call only runs them
+    in `session`.
+
+    Args:
+        root_rank: the global rank whose object is sent.
+        session: TF1-style graphs: the session to run them in (default: the default session at call time).
+        name: prefix of the collectives' names (default "broadcast_object_fn").
+        process_set: the `tfring.ProcessSet` (default: all ranks); only its ranks call it.
+
+    Returns:
+        callable: `fn(obj)`.
+    """
     name = name or "broadcast_object_fn"
     if tf.executing_eagerly():
         return lambda obj: broadcast_object(obj, root_rank, name=name, process_set=process_set)
@@ -129,7 +211,7 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=None):
     def run(obj):
         sess = session or tf.compat.v1.get_default_session()
         root = rank() == root_rank
-        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if root else None
+        payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8) if root else None
         n = sess.run(length_out, {length_in: [payload.size if root else 0]})[0]
         data = sess.run(data_out, {data_in: payload if root else np.zeros([n], np.uint8)})
         return obj if root else pickle.loads(data.tobytes())
@@ -137,9 +219,19 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=None):
 
 
 def allgather_object(obj, session=None, name=None, process_set=None):
-    """Returns [obj from each rank of process_set, in rank order] on every rank of the set."""
+    """Gathers a Python object from every rank of the set (serialized with cloudpickle).
+
+    Args:
+        obj: this rank's object.
+        session: TF1-style graphs: the session to run the collectives in (default: the default session).
+        name: prefix of the collectives' names (default "allgather_object").
+        process_set: the `tfring.ProcessSet` (default: all ranks); only its ranks call it.
+
+    Returns:
+        list: the objects of the set's ranks, in rank order, on every rank.
+    """
     name = name or "allgather_object"
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
     sizes = _to_numpy(allgather(tf.constant([payload.size], tf.int64), name=name + "_len",
                                 process_set=process_set), session)
     data = _to_numpy(allgather(tf.constant(payload), name=name + "_data", process_set=process_set), session)

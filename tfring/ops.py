@@ -3,7 +3,6 @@ import contextlib
 import re
 
 import tensorflow as tf
-from tensorflow.python.framework import ops as tf_ops
 
 from tfring import _graph_order, _lib  # noqa: F401 (_graph_order: on import)
 from tfring.basics import rank, size
@@ -15,6 +14,7 @@ _OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "P
 
 
 class ReduceOp:
+    """The reduce ops as class attributes (`ReduceOp.SUM`, ...), the same ints as `tfring.Sum` and friends."""
     AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = Average, Sum, Adasum, Min, Max, Product
 
 
@@ -88,12 +88,30 @@ def _set_rank(process_set_id):
 
 
 def check_num_rank_power_of_2(num_rank):
-    """Horovod's helper: is num_rank a power of two (Adasum's requirement)?"""
+    """Horovod's helper: whether `num_rank` is a power of two (what Adasum needs).
+
+    Args:
+        num_rank: a number of ranks.
+
+    Returns:
+        bool: True for 1, 2, 4, 8, ...
+    """
     return num_rank > 0 and num_rank & (num_rank - 1) == 0
 
 
 def handle_average_backwards_compatibility(op, average):
-    """Horovod's helper: the reduce op meant by `op` and the deprecated `average` flag."""
+    """Horovod's helper: the reduce op meant by `op` and the deprecated `average` flag.
+
+    Args:
+        op: a reduce op (`Average`, `Sum`, `Adasum`, `Min`, `Max`, `Product`) or None.
+        average: the deprecated flag: True means `Average`, False `Sum`, None defers to `op`.
+
+    Returns:
+        int: the reduce op (`Average` when both are None).
+
+    Raises:
+        ValueError: both are given, or `op` is not a reduce op.
+    """
     return _resolve_op("allreduce", op, average)
 
 
@@ -123,7 +141,32 @@ def _on(device):
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None, ignore_name_scope=False):
-    """Reduces `tensor` over all ranks (default Average). tf.IndexedSlices are allgathered, as in Horovod."""
+    """Reduces `tensor` over the ranks of `process_set`; every rank receives the result.
+
+    A `tf.IndexedSlices` is allgathered instead, as in Horovod. Integer `Average` truncates toward zero.
+
+    Args:
+        tensor: a tensor (or value convertible to one) of a numeric dtype, or a `tf.IndexedSlices`.
+        average: deprecated (Horovod): True means `op=Average`, False `op=Sum`.
+        device_dense, device_sparse: device for the collective (GPU builds) / for `tf.IndexedSlices`' allgathers.
+        compression: `Compression.none`, `.fp16` or `.bf16`: the dtype floating tensors travel in.
+        op: `Average` (default), `Sum`, `Min`, `Max`, `Product` or `Adasum` (power-of-two sets only).
+        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+
+    Returns:
+        A tensor of `tensor`'s shape and dtype (a `tf.IndexedSlices` for one).
+
+    Raises:
+        ValueError: `op` is unknown, both `op` and `average` are given, `process_set` is not registered, or
+            tfring is not initialized.
+        TypeError: the dtype is not supported.
+        NotImplementedError: Adasum on a set whose size is not a power of two or on `tf.IndexedSlices`;
+            Min/Max/Product or scale factors with `tf.IndexedSlices`.
+        tf.errors.FailedPreconditionError: the ranks disagree on shape, dtype, op or scale factors.
+    """
     op = _resolve_op("allreduce", op, average)
     pid = _set_id("allreduce", process_set)
     if op == Adasum:
@@ -157,7 +200,29 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None,
                       ignore_name_scope=False):
-    """Allreduces a list of tensors negotiated and fused together (one op per dtype)."""
+    """Allreduces a list of tensors in one negotiation, fused together (one op per dtype).
+
+    Args:
+        tensors: a list of tensors; a `tf.IndexedSlices` among them makes every element an `allreduce`.
+        average: deprecated (Horovod): True means `op=Average`, False `op=Sum`.
+        device_dense, device_sparse: device for the collective (GPU builds) / for `tf.IndexedSlices`' allgathers.
+        compression: `Compression.none`, `.fp16` or `.bf16`: the dtype floating tensors travel in.
+        op: `Average` (default), `Sum`, `Min`, `Max`, `Product` or `Adasum` (power-of-two sets only).
+        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+
+    Returns:
+        list: the reduced tensors, in the order of `tensors`.
+
+    Raises:
+        ValueError: `op` is unknown, both `op` and `average` are given, `process_set` is not registered, or
+            tfring is not initialized.
+        TypeError: a dtype is not supported.
+        NotImplementedError: Adasum on a set whose size is not a power of two.
+        tf.errors.FailedPreconditionError: the ranks disagree on the tensors.
+    """
     op = _resolve_op("grouped_allreduce", op, average)
     pid = _set_id("grouped_allreduce", process_set)
     if op == Adasum:
@@ -190,7 +255,24 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
 
 
 def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
-    """Concatenates every rank's tensor along dim 0 (first dimensions may differ; scalars become vectors)."""
+    """Concatenates every rank's tensor along dimension 0, in rank order.
+
+    The first dimension may differ between ranks; the others must agree. A scalar gathers to a vector.
+
+    Args:
+        tensor: a tensor of a numeric or bool dtype.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+
+    Returns:
+        A tensor whose first dimension is the sum of the ranks' first dimensions.
+
+    Raises:
+        ValueError: `process_set` is not registered; tfring is not initialized.
+        TypeError: the dtype is not supported.
+        tf.errors.FailedPreconditionError: the ranks disagree on dtype or the other dimensions.
+    """
     pid = _set_id("allgather", process_set)
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype("allgather", tensor, _ANY)
@@ -199,6 +281,21 @@ def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
 
 
 def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=False):
+    """`allgather` of a list of tensors in one negotiation (one op when they share a dtype).
+
+    Args:
+        tensors: a list of tensors of numeric or bool dtypes.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+
+    Returns:
+        list: the gathered tensors, in the order of `tensors`.
+
+    Raises:
+        ValueError: `process_set` is not registered; tfring is not initialized.
+        TypeError: a dtype is not supported.
+    """
     pid = _set_id("grouped_allgather", process_set)
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
@@ -213,7 +310,23 @@ def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=Fa
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
-    """Every rank receives root_rank's tensor."""
+    """Every rank of the set receives `root_rank`'s tensor.
+
+    Args:
+        tensor: a tensor of a numeric or bool dtype (the same shape on every rank).
+        root_rank: the global rank whose value is sent (also with a process set).
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+
+    Returns:
+        A tensor: `root_rank`'s value.
+
+    Raises:
+        TypeError: `root_rank` is not an int, or the dtype is not supported.
+        ValueError: `process_set` is not registered; tfring is not initialized.
+        tf.errors.InvalidArgumentError: `root_rank` is not a rank of the set.
+    """
     pid = _set_id("broadcast", process_set)
     if not isinstance(root_rank, int) or isinstance(root_rank, bool):
         raise TypeError("tfring.broadcast: root_rank must be an int, got %r" % (root_rank,))
@@ -224,8 +337,25 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
-    """Sends splits[i] rows of `tensor` to rank i of the set. Returns the received rows, and with `splits` given
-    also received_splits (rows from each rank), as Horovod."""
+    """Sends `splits[i]` rows of `tensor` to rank i of the set and receives the rows the others send.
+
+    Args:
+        tensor: a tensor of a numeric or bool dtype.
+        splits: rows for each rank (a list or 1-D int tensor summing to `tensor`'s first dimension); None
+            splits the rows evenly.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+
+    Returns:
+        The received rows (concatenated in rank order); with `splits` given, the pair `(rows,
+        received_splits)`, `received_splits[i]` being the number of rows rank i sent, as in Horovod.
+
+    Raises:
+        ValueError: `process_set` is not registered; tfring is not initialized.
+        TypeError: the dtype is not supported.
+        tf.errors.InvalidArgumentError: the splits do not add up.
+    """
     pid = _set_id("alltoall", process_set)
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype("alltoall", tensor, _ANY)
@@ -237,7 +367,26 @@ def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope
 
 def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False,
                   prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces over ranks and gives rank i the i-th block of dim 0 (first dim % size ranks get one more row)."""
+    """Reduces over the ranks, then rank i of the set keeps the i-th block of dimension 0.
+
+    The first `dim0 % size` ranks get one row more than the others.
+
+    Args:
+        tensor: a tensor of a numeric dtype, at least 1-D, of the same shape on every rank.
+        op: `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
+
+    Returns:
+        A tensor: this rank's block of the reduced tensor.
+
+    Raises:
+        ValueError: `op` is unknown, or `process_set` is not registered; tfring is not initialized.
+        TypeError: the dtype is not supported.
+        tf.errors.InvalidArgumentError: `tensor` is a scalar.
+    """
     pid = _set_id("reducescatter", process_set)
     _check_op("reducescatter", op)
     tensor = tf.convert_to_tensor(tensor)
@@ -249,7 +398,23 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_s
 
 def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, ignore_name_scope=False,
                           prescale_factor=1.0, postscale_factor=1.0):
-    """reducescatter of a list, negotiated together (one op per dtype)."""
+    """`reducescatter` of a list of tensors in one negotiation (one op when they share a dtype).
+
+    Args:
+        tensors: a list of tensors of numeric dtypes.
+        op: `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
+
+    Returns:
+        list: this rank's blocks, in the order of `tensors`.
+
+    Raises:
+        ValueError: `op` is unknown, or `process_set` is not registered; tfring is not initialized.
+        TypeError: a dtype is not supported.
+    """
     pid = _set_id("grouped_reducescatter", process_set)
     _check_op("grouped_reducescatter", op)
     tensors = [tf.convert_to_tensor(t) for t in tensors]
@@ -269,149 +434,37 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, igno
 
 
 def join(process_set=None):
-    """Marks this rank as done with its data; it contributes zeros to allreduces until every rank has
-    joined. Returns the rank that joined last."""
+    """Marks this rank as out of data: it contributes zeros to the set's allreduces until every rank joined.
+
+    Args:
+        process_set: the `tfring.ProcessSet` to join (default: all ranks).
+
+    Returns:
+        The global rank that joined last (an int eagerly, a tensor in a graph).
+
+    Raises:
+        ValueError: tfring is not initialized, or `process_set` is not registered.
+    """
     _require_init("join")
     result = _ops().horovod_join(process_set_id=_set_id("join", process_set))
     return int(result) if tf.executing_eagerly() else result
 
 
 def barrier(process_set=None):
+    """Waits until every rank of the set reached this barrier.
+
+    Args:
+        process_set: the `tfring.ProcessSet` (default: all ranks).
+
+    Returns:
+        The op (eagerly: already run).
+
+    Raises:
+        ValueError: tfring is not initialized, or `process_set` is not registered.
+    """
     _require_init("barrier")
     return _ops().horovod_barrier(process_set_id=_set_id("barrier", process_set))
 
 
-def size_op(process_set_id=0, name=None):
-    return _ops().horovod_size(process_set_id=process_set_id, name=name)
-
-
-def rank_op(process_set_id=0, name=None):
-    return _ops().horovod_rank(process_set_id=process_set_id, name=name)
-
-
-def local_size_op(process_set_id=0, name=None):
-    return _ops().horovod_local_size(process_set_id=process_set_id, name=name)
-
-
-def local_rank_op(process_set_id=0, name=None):
-    return _ops().horovod_local_rank(process_set_id=process_set_id, name=name)
-
-
-def process_set_included_op(process_set_id=0, name=None):
-    """1 if this rank is in the process set, else 0."""
-    return _ops().horovod_process_set_included(process_set_id=process_set_id, name=name)
-
-
-# ---- gradients -------------------------------------------------------------------------------------
-
-def _grad_name(op, suffix="grad"):
-    """Gradient collectives are named after the forward op in graphs; eager ones run one at a time."""
-    if tf.executing_eagerly():
-        return {}
-    # Tape gradients inside tf.function get a mock op without a name; its output tensor has one.
-    base = getattr(op, "name", None) or op.outputs[0].name
-    return {"name": "%s_%s" % (_normalize_name(base), suffix)}
-
-
-def _scales(op):
-    return op.get_attr("prescale_factor"), op.get_attr("postscale_factor")
-
-
-def _attrs(op):
-    """The forward op's process set and name-scope handling, which its gradient collectives keep."""
-    return {"process_set_id": op.get_attr("process_set_id"), "ignore_name_scope": op.get_attr("ignore_name_scope")}
-
-
-def _reduce_grad(op, grads):
-    """d/dx of y = reduce(x over ranks): Sum/Average send every rank's output grad back through the same
-    reduction (as Horovod); Min/Max route the summed grad to the ranks whose value won (Horovod reduces the
-    grads with Min/Max, which is not a gradient; documented in docs/horovod-differences.md)."""
-    reduce_op = op.get_attr("reduce_op")
-    pre, post = _scales(op)
-    attrs = _attrs(op)
-    if reduce_op in (Sum, Average):
-        return None, lambda gs, names: _ops().horovod_grouped_allreduce(
-            gs, reduce_op=reduce_op, prescale_factor=pre, postscale_factor=post, **attrs, **names)
-    if reduce_op in (Min, Max):
-        return reduce_op, lambda gs, names: _ops().horovod_grouped_allreduce(
-            gs, reduce_op=Sum, prescale_factor=1.0, postscale_factor=1.0, **attrs, **names)
-    raise NotImplementedError("tfring: the gradient of allreduce with op=%s is not implemented"
-                              % _OP_NAMES.get(reduce_op, reduce_op))
-
-
-@tf_ops.RegisterGradient("HorovodAllreduce")
-@tf_ops.RegisterGradient("HorovodGroupedAllreduce")
-def _allreduce_grad(op, *grads):
-    masked, reduce = _reduce_grad(op, grads)
-    grads = [tf.zeros_like(o) if g is None else g for g, o in zip(grads, op.outputs)]
-    out = reduce(list(grads), _grad_name(op))
-    if masked is not None:
-        out = [g * tf.cast(tf.equal(x, y), g.dtype) for g, x, y in zip(out, op.inputs, op.outputs)]
-    return out
-
-
-def _gather_grads(op, grads):
-    """y = concat over the set's ranks (Horovod's convention: the upstream grads are averaged over the ranks);
-    this rank's x gets its own rows of that average."""
-    attrs = _attrs(op)
-    pid = attrs["process_set_id"]
-    out = []
-    for i, (x, grad) in enumerate(zip(op.inputs, grads)):
-        grad = tf.zeros_like(op.outputs[i]) if grad is None else grad
-        grad = _ops().horovod_allreduce(grad, reduce_op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                                        **attrs, **_grad_name(op, "grad_%d" % i))
-        rows = tf.shape(x)[:1] if x.shape.rank != 0 else tf.ones([1], tf.int32)
-        all_rows = _ops().horovod_allgather(rows, **attrs, **_grad_name(op, "grad_rows_%d" % i))
-        me = _set_rank(pid)
-        offset = tf.reduce_sum(all_rows[:me])
-        out.append(tf.reshape(grad[offset:offset + all_rows[me]], tf.shape(x)))
-    return out
-
-
-@tf_ops.RegisterGradient("HorovodAllgather")
-def _allgather_grad(op, grad):
-    return _gather_grads(op, [grad])[0]
-
-
-@tf_ops.RegisterGradient("HorovodGroupedAllgather")
-def _grouped_allgather_grad(op, *grads):
-    return _gather_grads(op, grads)
-
-
-@tf_ops.RegisterGradient("HorovodBroadcast")
-def _broadcast_grad(op, grad):
-    """y = x_root on every rank: the root's x gets the grads averaged over the set's ranks (Horovod), others 0."""
-    reduced = _ops().horovod_allreduce(grad, reduce_op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                                       **_attrs(op), **_grad_name(op))
-    if rank() != op.get_attr("root_rank"):  # root_rank is a global rank, also in a process set
-        return reduced * 0  # not zeros_like: a constant would let graph mode prune the allreduce (a hang)
-    return reduced
-
-
-@tf_ops.RegisterGradient("HorovodAlltoall")
-def _alltoall_grad(op, grad, grad_splits=None):
-    back, _ = _ops().horovod_alltoall(grad, op.outputs[1], **_attrs(op), **_grad_name(op))
-    return back, None
-
-
-def _scatter_grad(op, grad, i=0):
-    """Horovod's convention (the grads of a Sum are scaled by the set size, an Average's are not, scale factors
-    apply): every rank's block grad, gathered."""
-    reduce_op = op.get_attr("reduce_op")
-    if reduce_op not in (Sum, Average):
-        raise NotImplementedError("tfring: the gradient of reducescatter is only implemented for Sum and Average")
-    attrs = _attrs(op)
-    pre, post = _scales(op)
-    scale = pre * post * (_set_size(attrs["process_set_id"]) if reduce_op == Sum else 1)
-    gathered = _ops().horovod_allgather(grad, **attrs, **_grad_name(op, "grad_%d" % i))
-    return gathered * tf.cast(scale, gathered.dtype) if scale != 1.0 else gathered
-
-
-@tf_ops.RegisterGradient("HorovodReducescatter")
-def _reducescatter_grad(op, grad):
-    return _scatter_grad(op, grad)
-
-
-@tf_ops.RegisterGradient("HorovodGroupedReducescatter")
-def _grouped_reducescatter_grad(op, *grads):
-    return [_scatter_grad(op, g, i) for i, g in enumerate(grads)]
+from tfring._topology_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op  # noqa: E402,F401,E501
+from tfring import _gradients  # noqa: E402,F401 (registers the collectives' gradients)

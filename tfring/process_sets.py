@@ -16,8 +16,18 @@ _change_lock = threading.Lock()  # one add/remove in flight per process (they sh
 
 
 class ProcessSet:
-    """A set of ranks (a list of global ranks, or an mpi4py communicator) that run collectives together.
-    `process_set_id` is set once the set is registered by init() or add_process_set()."""
+    """A set of ranks that run collectives among themselves (`process_set=` of every collective).
+
+    Register it with `tfring.init(process_sets=[...])` or `tfring.add_process_set()`; `process_set_id` is set
+    then (None before, and after `remove_process_set`). `tfring.global_process_set` is the set of all ranks.
+
+    Args:
+        ranks_or_comm: the global ranks (any iterable of ints, order ignored) or an mpi4py communicator whose
+            processes form the set (only for `init(process_sets=...)`).
+
+    Raises:
+        ValueError: the ranks are not ints or repeat, or the argument is neither ranks nor a communicator.
+    """
     process_set_id = None
     ranks = None
     mpi_comm = None
@@ -49,26 +59,49 @@ class ProcessSet:
         return _set_topology(self.process_set_id)
 
     def size(self):
-        """Number of ranks in the set, or None if it is not registered."""
+        """Number of ranks in the set, or None if it is not registered.
+
+        Returns:
+            int or None
+        """
         t = self._topology()
         return None if t is None else t[0]
 
     def rank(self):
-        """This process's rank within the set (-1 outside it), or None if it is not registered. Collectives such as
-        broadcast still take global ranks, as in Horovod."""
+        """This process's rank within the set (-1 outside it), or None if it is not registered.
+
+        Collectives such as `broadcast` still take global ranks, as in Horovod.
+
+        Returns:
+            int or None
+        """
         t = self._topology()
         return None if t is None else t[1]
 
     def local_size(self):
+        """Number of the set's ranks on this host (-1 outside the set; None if it is not registered).
+
+        Returns:
+            int or None
+        """
         t = self._topology()
         return None if t is None else t[2]
 
     def local_rank(self):
+        """This process's rank among the set's ranks on this host (-1 outside the set; None if unregistered).
+
+        Returns:
+            int or None
+        """
         t = self._topology()
         return None if t is None else t[3]
 
     def included(self):
-        """Whether this process is in the set (None if its ranks are unknown)."""
+        """Whether this process is in the set.
+
+        Returns:
+            bool, or None while the ranks of a set given by a communicator are unknown (before `init`).
+        """
         if self.ranks is None:
             return None
         from tfring.basics import rank
@@ -83,6 +116,7 @@ class ProcessSet:
 
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
+"""The set of all ranks (id 0); `process_set=None` means this set. Its `ranks` are filled in by `init()`."""
 
 
 def _temp_process_set_object(process_set_id):
@@ -120,7 +154,18 @@ def _get_process_set_ids_and_ranks():
 
 
 def process_set_id_of(process_set, fn):
-    """The registered id behind a `process_set=` argument (None = global), or a ValueError naming it."""
+    """The registered id behind a `process_set=` argument.
+
+    Args:
+        process_set: a `ProcessSet`, None (all ranks) or a set id.
+        fn: the calling function's name, for the error message.
+
+    Returns:
+        int: the id (0 for all ranks).
+
+    Raises:
+        ValueError: the set is not registered, or `process_set` is not a `ProcessSet`.
+    """
     if process_set is None:
         return 0
     if isinstance(process_set, int) and not isinstance(process_set, bool):
@@ -212,8 +257,22 @@ def _change(ranks, remove_id):
 
 
 def add_process_set(process_set):
-    """Registers a new set on every rank (each rank must call it alike; needs TFRING_DYNAMIC_PROCESS_SETS=1).
-    Returns the ProcessSet with its id. A set with the same ranks as an existing one is a ValueError."""
+    """Registers a process set after `init()`: a collective of all ranks, each calling it alike.
+
+    Needs TFRING_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1) on every rank. The new set gets the
+    lowest free id.
+
+    Args:
+        process_set: a `ProcessSet` given by ranks, or the list of global ranks.
+
+    Returns:
+        ProcessSet: the set, registered (`process_set_id` set).
+
+    Raises:
+        ValueError: the ranks are empty or out of range, or a set with these ranks exists.
+        NotImplementedError: the set is given by an MPI communicator (only `init(process_sets=...)` takes those).
+        RuntimeError: dynamic process sets are off, or the change failed.
+    """
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.ranks is None:
@@ -237,8 +296,19 @@ def add_process_set(process_set):
 
 
 def remove_process_set(process_set):
-    """Unregisters a set on every rank (each rank must call it alike). Returns False for the global set or an
-    unregistered one; on success the object is invalidated (process_set_id = None)."""
+    """Unregisters a process set: a collective of all ranks, each calling it alike.
+
+    Needs TFRING_DYNAMIC_PROCESS_SETS=1 on every rank. On success `process_set.process_set_id` becomes None.
+
+    Args:
+        process_set: a registered `ProcessSet`.
+
+    Returns:
+        bool: True if it was removed; False for the global set or a set that is not registered.
+
+    Raises:
+        RuntimeError: dynamic process sets are off, or the change failed.
+    """
     pid = getattr(process_set, "process_set_id", None)
     if pid is None or pid == 0:
         return False

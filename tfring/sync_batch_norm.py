@@ -15,7 +15,18 @@ def global_moments(x, axes, weights=None, keepdims=False, process_set=None):
     Each rank contributes (count, sum, sum of squared deviations from its own mean); combining them with
     Chan et al.'s parallel formula weights ranks by their element counts (ranks may have different batch
     sizes, or none) and avoids the cancellation of E[x^2] - E[x]^2. The statistics are allgathered (a few
-    numbers per channel and rank); gradients flow back to every rank's inputs (see _exchange)."""
+    numbers per channel and rank); gradients flow back to every rank's inputs (see _exchange).
+
+    Args:
+        x: this rank's batch (may be empty).
+        axes: the axes to reduce.
+        weights: optional weights broadcastable to x (a mask), else every element counts once.
+        keepdims: keep the reduced axes (size 1).
+        process_set: the `tfring.ProcessSet` whose ranks' batches form the global batch (default: all).
+
+    Returns:
+        tuple: (mean, variance).
+    """
     if weights is None:
         total = tf.reduce_sum(x, axes, keepdims=True)
         per_channel = tf.reduce_prod(tf.gather(tf.shape(x), axes))
@@ -55,7 +66,15 @@ def _exchange(stats, process_set):
 
 def check_options(fused, synchronized):
     """Shared by both Keras versions: fused kernels compute local statistics, `synchronized` is
-    tf.distribute's own cross-replica mode."""
+    tf.distribute's own cross-replica mode.
+
+    Args:
+        fused: must be False.
+        synchronized: must be False.
+
+    Raises:
+        ValueError: either is set.
+    """
     if fused in (True, None):
         raise ValueError("SyncBatchNormalization: fused=%r is not supported (the fused kernel computes local "
                          "statistics); use fused=False" % (fused,))
@@ -76,8 +95,21 @@ else:
     @keras.saving.register_keras_serializable(package="tfring")
     class SyncBatchNormalization(keras.layers.BatchNormalization):
         """keras.layers.BatchNormalization whose training-mode mean and variance are computed over the
-        global batch of all ranks in `process_set` (default: all ranks). Every rank in the set must call the
-        layer in training mode together. `process_set` is not saved with the layer's config."""
+        global batch of all ranks in `process_set` (default: all ranks).
+
+        Every rank in the set must call the layer in training mode together. Ranks are weighted by their row
+        counts (batch sizes may differ, a rank may have none). Inference uses the moving statistics, as
+        BatchNormalization. `process_set` is not saved with the layer's config.
+
+        Args:
+            fused: must be False (Horovod's argument; the fused kernel computes local statistics).
+            process_set: the `tfring.ProcessSet` to synchronize over (default: all ranks).
+            synchronized: must be False (tf.distribute's own synchronization).
+            **kwargs: keras.layers.BatchNormalization's arguments (axis, momentum, epsilon, ...).
+
+        Raises:
+            ValueError: fused or synchronized is set.
+        """
 
         def __init__(self, fused=False, process_set=None, synchronized=False, **kwargs):
             check_options(fused, synchronized)

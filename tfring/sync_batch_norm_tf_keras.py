@@ -9,7 +9,17 @@ from tfring.sync_batch_norm import check_options, global_moments
 @tf_keras.utils.register_keras_serializable(package="tfring")
 class SyncBatchNormalization(tf_keras.layers.BatchNormalization):
     """tf_keras.layers.BatchNormalization (non-fused) whose training-mode mean and variance are computed over
-    the global batch of all ranks in `process_set` (default: all ranks)."""
+    the global batch of all ranks in `process_set` (default: all ranks).
+
+    Args:
+        fused: must be False.
+        process_set: the `tfring.ProcessSet` to synchronize over (default: all ranks).
+        synchronized: must be False (tf.distribute's own synchronization).
+        **kwargs: tf_keras.layers.BatchNormalization's arguments (virtual_batch_size is not supported).
+
+    Raises:
+        ValueError: fused, synchronized or virtual_batch_size is set.
+    """
 
     def __init__(self, fused=False, process_set=None, synchronized=False, **kwargs):
         check_options(fused, synchronized)

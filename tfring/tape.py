@@ -11,7 +11,14 @@ from tfring.ops import Average, allreduce, grouped_allreduce
 
 
 def var_key(var):
-    """Hashable identity of a variable; a Keras 3 Variable and the tf.Variable it wraps are one variable."""
+    """Hashable identity of a variable; a Keras 3 Variable and the tf.Variable it wraps are one variable.
+
+    Args:
+        var: a tf.Variable, keras.Variable or other object.
+
+    Returns:
+        A hashable key.
+    """
     inner = getattr(var, "_value", None)
     if isinstance(inner, tf.Variable):
         var = inner
@@ -20,7 +27,17 @@ def var_key(var):
 
 def communicates(process_set):
     """Whether gradients are reduced over process_set on this rank: it must be a member of a set of more than one
-    rank. Otherwise they come back unchanged (Horovod's _allreduce_cond). An unregistered set is a ValueError."""
+    rank. Otherwise they come back unchanged (Horovod's _allreduce_cond).
+
+    Args:
+        process_set: a `tfring.ProcessSet` or None (all ranks).
+
+    Returns:
+        bool
+
+    Raises:
+        ValueError: the set is not registered.
+    """
     n = process_set_size(process_set)
     if n <= 1:
         return False
@@ -37,7 +54,19 @@ def _is_variable(v):
 def check_groups(who, groups, num_groups):
     """Horovod's grouping arguments: an int splits the gradients into that many contiguous groups; a list of
     variable lists puts each list in one group (every other gradient is a group of its own). num_groups is the
-    deprecated spelling of an int `groups`. Returns None, an int >= 1, or a list of lists of variables."""
+    deprecated spelling of an int `groups`.
+
+    Args:
+        who: the caller's name, for messages.
+        groups: None, an int >= 1, or a list of lists of variables.
+        num_groups: the deprecated int (0: unset).
+
+    Returns:
+        None, an int >= 1, or a list of lists of variables.
+
+    Raises:
+        ValueError: the arguments are malformed, or a variable is listed twice.
+    """
     if type(num_groups) is not int or num_groups < 0:
         raise ValueError("%s: num_groups=%r must be an int >= 0" % (who, num_groups))
     if num_groups:
@@ -65,7 +94,18 @@ def check_groups(who, groups, num_groups):
 
 
 def local_layer_variables(who, local_layers):
-    """The trainable variables of local_layers (a Keras layer, a list of them, or None)."""
+    """The trainable variables of local_layers.
+
+    Args:
+        who: the caller's name, for messages.
+        local_layers: a built Keras layer, a list of them, or None.
+
+    Returns:
+        list: their trainable variables.
+
+    Raises:
+        ValueError: something is not a Keras layer, or a layer is not built.
+    """
     if local_layers is None:
         return []
     import keras
@@ -85,7 +125,16 @@ def local_layer_variables(who, local_layers):
 
 class GradientReducer:
     """Reduces gradients over the ranks of process_set, except those of registered local variables, which stay
-    local (divided by the process set's size when scale_local_gradients, as in Horovod)."""
+    local (divided by the process set's size when scale_local_gradients, as in Horovod).
+
+    Args:
+        who: the owner's name, for messages.
+        op, compression, sparse_as_dense, gradient_predivide_factor: as for `DistributedGradientTape`.
+        groups, num_groups, process_set, device_dense, device_sparse, scale_local_gradients: the same.
+
+    Raises:
+        ValueError: gradient_predivide_factor with an op other than Average, or malformed groups.
+    """
 
     def __init__(self, who, op=Average, compression=Compression.none, sparse_as_dense=False,
                  gradient_predivide_factor=1.0, groups=None, num_groups=0, process_set=None, device_dense="",
@@ -102,9 +151,22 @@ class GradientReducer:
         self.local = {}  # var_key -> variable (kept alive so an id() key stays valid)
 
     def register_local(self, var):
+        """Keeps var's gradient local.
+
+        Args:
+            var: a variable.
+        """
         self.local[var_key(var)] = var
 
     def is_local(self, var):
+        """Whether var was registered as local.
+
+        Args:
+            var: a variable.
+
+        Returns:
+            bool
+        """
         return var_key(var) in self.local
 
     def _split(self, present, keys):
@@ -125,8 +187,19 @@ class GradientReducer:
         return [s for s in split if s] + [[i] for i in alone]
 
     def reduce(self, grads, variables=None):
-        """grads: a flat list (None allowed, stays None); variables: the matching variables, or None. On a rank
-        outside the process set, or in a set of one rank, the gradients come back unchanged (as in Horovod)."""
+        """Reduces the gradients. On a rank outside the process set, or in a set of one rank, they come back
+        unchanged (as in Horovod).
+
+        Args:
+            grads: a flat list of gradients (None stays None).
+            variables: the matching variables, or None (then none is local, and list groups cannot apply).
+
+        Returns:
+            list: the reduced gradients, in order.
+
+        Raises:
+            ValueError: groups given as variable lists but no variables.
+        """
         grads = list(grads)
         if not communicates(self.process_set):
             return grads
@@ -189,7 +262,33 @@ class _DistributedGradientTape(tf.GradientTape):
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
                             sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
                             groups=None, process_set=None, scale_local_gradients=True):
-    """Wraps a tf.GradientTape so that tape.gradient() averages (op) gradients over the ranks of process_set."""
+    """Wraps a tf.GradientTape so that `gradient()` returns gradients reduced over the ranks of `process_set`.
+
+    Inside a tf.function every gradient gets its own allreduce, started as soon as backprop produces it;
+    eagerly one grouped allreduce runs them all. On a rank outside the set, or in a set of one rank, the
+    gradients come back unchanged (as in Horovod). The returned tape also has `register_local_source(var)`
+    (var's gradient stays local, divided by the set's size with `scale_local_gradients`) and
+    `get_local_and_global_gradients(target, sources)`.
+
+    Args:
+        gradtape: the tf.GradientTape that recorded the forward pass.
+        device_dense, device_sparse: device for the collectives (GPU builds) / for `tf.IndexedSlices`.
+        compression: `Compression.none`, `.fp16` or `.bf16`.
+        sparse_as_dense: turn `tf.IndexedSlices` gradients into dense ones before reducing them.
+        op: `Average` (default), `Sum` or `Adasum`.
+        gradient_predivide_factor: with Average, divide by this before the sum and by size/this after.
+        num_groups: deprecated spelling of an int `groups`.
+        groups: an int (that many contiguous groups, one grouped allreduce each) or lists of variables (one
+            grouped allreduce per list, every other gradient alone).
+        process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
+        scale_local_gradients: divide local gradients by the set's size (Horovod's default).
+
+    Returns:
+        A tf.GradientTape (the same recorded state) whose `gradient()` reduces.
+
+    Raises:
+        ValueError: gradient_predivide_factor with an op other than Average, or malformed groups.
+    """
     reducer = GradientReducer("tfring.DistributedGradientTape", op, compression, sparse_as_dense,
                               gradient_predivide_factor, groups, num_groups, process_set, device_dense,
                               device_sparse, scale_local_gradients)
@@ -200,7 +299,19 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
                                    sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
                                    num_groups=0, groups=None, process_set=None, local_layers=None,
                                    scale_local_gradients=True):
-    """DistributedGradientTape whose gradients of local_layers' trainable variables are not reduced."""
+    """`DistributedGradientTape` whose gradients of `local_layers`' trainable variables are not reduced.
+
+    Args:
+        gradtape, device_dense, device_sparse, compression, sparse_as_dense: as for `DistributedGradientTape`.
+        op, gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients: the same.
+        local_layers: a built Keras layer, or a list of them, whose variables stay local.
+
+    Returns:
+        A tf.GradientTape whose `gradient()` reduces the other gradients.
+
+    Raises:
+        ValueError: a local layer is not a built Keras layer, or other arguments are malformed.
+    """
     local_vars = local_layer_variables("tfring.PartialDistributedGradientTape", local_layers)
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
                                    gradient_predivide_factor, num_groups, groups, process_set,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bazel test //:allreduce_np2_test: allreduce_check.py on 2 ranks against the Bazel-built op library.
-# Args: mpirun python library script (paths from BUILD.bazel; the last two relative to the runfiles).
+# Args: mpirun python library script (paths from BUILD; the last two relative to the runfiles).
 set -euo pipefail
 mpirun=$1 python=$2 lib=$PWD/$3 script=$4
 export HOME=${HOME:-$TEST_TMPDIR}  # bazel test clears HOME, and Open MPI's MPI_Init aborts without it

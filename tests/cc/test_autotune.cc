@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "check.h"
 #include "../../tfring/cc/common/autotune.h"
+#include "check.h"
 
 using namespace tfring;
 

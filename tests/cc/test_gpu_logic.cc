@@ -2,12 +2,12 @@
 // fusion-buffer layout, reducescatter splits, and the completion queue's ordering, failure and deadline rules.
 #include <atomic>
 
-#include "check.h"
 #include "../../tfring/cc/common/completion_queue.h"
 #include "../../tfring/cc/common/coordinator.h"
 #include "../../tfring/cc/common/fusion.h"
 #include "../../tfring/cc/common/message.h"
 #include "../../tfring/cc/common/ops/layout.h"
+#include "check.h"
 
 using namespace tfring;
 
@@ -70,8 +70,9 @@ TEST(FusionNeverMixesHostAndDeviceMemory) {
     r.devices = devices;
     return r;
   };
-  std::vector<Response> out = PlanFusion({resp("cpu1", {}), resp("gpu1", {0, 0}), resp("cpu2", {}),
-                                          resp("gpu2", {0, 0}), resp("gpu_other", {1, 1})}, 1 << 20);
+  std::vector<Response> out = PlanFusion(
+      {resp("cpu1", {}), resp("gpu1", {0, 0}), resp("cpu2", {}), resp("gpu2", {0, 0}), resp("gpu_other", {1, 1})},
+      1 << 20);
   EXPECT_EQ(out.size(), 3u);
   EXPECT((out[0].names == std::vector<std::string>{"cpu1", "cpu2"}));
   EXPECT((out[1].names == std::vector<std::string>{"gpu1", "gpu2"}));
@@ -111,8 +112,8 @@ TEST(CompletionQueueRunsCallbacksInOrderOnceDone) {
   std::atomic<int> polls{0};
   {
     CompletionQueue q(10, nullptr);
-    q.Push(Work("a", [&](std::string*) { return ++polls < 5 ? CompletionQueue::RUNNING : CompletionQueue::DONE; },
-                &log));
+    q.Push(
+        Work("a", [&](std::string*) { return ++polls < 5 ? CompletionQueue::RUNNING : CompletionQueue::DONE; }, &log));
     q.Push(Work("b", [](std::string*) { return CompletionQueue::DONE; }, &log));
     q.Drain();
     EXPECT(!q.broken());
@@ -132,11 +133,14 @@ TEST(CompletionQueueFailureAbortsAndFailsEverythingAfter) {
   });
   self = &q;
   std::atomic<bool> release{false};
-  q.Push(Work("bad", [&](std::string* err) {
-    if (!release) return CompletionQueue::RUNNING;
-    *err = "NCCL: unhandled system error";
-    return CompletionQueue::FAILED;
-  }, &log));
+  q.Push(Work(
+      "bad",
+      [&](std::string* err) {
+        if (!release) return CompletionQueue::RUNNING;
+        *err = "NCCL: unhandled system error";
+        return CompletionQueue::FAILED;
+      },
+      &log));
   q.Push(Work("behind", [](std::string*) { return CompletionQueue::DONE; }, &log));
   release = true;
   q.Drain();

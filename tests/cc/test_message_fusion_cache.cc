@@ -2,12 +2,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "check.h"
 #include "../../tfring/cc/common/fusion.h"
 #include "../../tfring/cc/common/half.h"
 #include "../../tfring/cc/common/message.h"
 #include "../../tfring/cc/common/ops/scale.h"
 #include "../../tfring/cc/common/response_cache.h"
+#include "check.h"
 
 using namespace tfring;
 
@@ -25,9 +25,16 @@ TEST(RequestListRoundTrip) {
   RequestList l;
   l.shutdown = true;
   Request r;
-  r.rank = 3; r.name = "grad/dense:0"; r.op = OpType::ALLTOALL; r.dtype = DataType::BFLOAT16;
-  r.reduce_op = ReduceOp::MAX; r.root_rank = 2; r.prescale = 0.5; r.postscale = 4;
-  r.shape = {4, 0, 2}; r.splits = {1, 3};
+  r.rank = 3;
+  r.name = "grad/dense:0";
+  r.op = OpType::ALLTOALL;
+  r.dtype = DataType::BFLOAT16;
+  r.reduce_op = ReduceOp::MAX;
+  r.root_rank = 2;
+  r.prescale = 0.5;
+  r.postscale = 4;
+  r.shape = {4, 0, 2};
+  r.splits = {1, 3};
   l.requests = {r, Request()};
   RequestList back;
   EXPECT(Decode(Encode(l), &back).ok());
@@ -43,7 +50,11 @@ TEST(ResponseListRoundTrip) {
   ResponseList l;
   l.cacheable = false;
   Response r = AllreduceResp("a", 7);
-  r.kind = Response::ERROR; r.error = "boom"; r.joined = 1; r.last_joined_rank = 2; r.names.push_back("b");
+  r.kind = Response::ERROR;
+  r.error = "boom";
+  r.joined = 1;
+  r.last_joined_rank = 2;
+  r.names.push_back("b");
   l.responses = {r};
   ResponseList back;
   EXPECT(Decode(Encode(l), &back).ok());
@@ -54,8 +65,8 @@ TEST(ResponseListRoundTrip) {
 }
 
 TEST(FusionRespectsThresholdAndCompatibility) {
-  std::vector<Response> in = {AllreduceResp("a", 10), AllreduceResp("b", 10, DataType::FLOAT64),
-                              AllreduceResp("c", 10), AllreduceResp("d", 100)};
+  std::vector<Response> in = {AllreduceResp("a", 10), AllreduceResp("b", 10, DataType::FLOAT64), AllreduceResp("c", 10),
+                              AllreduceResp("d", 100)};
   in[0].sizes = {10};
   // threshold 100 bytes: a(40)+c(40) fuse; b is another dtype; d (400) alone.
   auto out = PlanFusion(in, 100);

@@ -3,8 +3,8 @@
 #include <mutex>
 #include <thread>
 
-#include "check.h"
 #include "../../tfring/cc/common/controller.h"
+#include "check.h"
 
 using namespace tfring;
 
@@ -188,8 +188,13 @@ TEST(MismatchedCollectiveAndRoot) {
 
 TEST(SteadyStateUsesCacheFastPath) {
   auto run = RunCycles(2, 5, [](int r, int, TensorQueue& q) {
-    if (r == 0) { q.Add({Entry("a", {3})}); q.Add({Entry("b", {1})}); }
-    else { q.Add({Entry("b", {1})}); q.Add({Entry("a", {3})}); }
+    if (r == 0) {
+      q.Add({Entry("a", {3})});
+      q.Add({Entry("b", {1})});
+    } else {
+      q.Add({Entry("b", {1})});
+      q.Add({Entry("a", {3})});
+    }
   });
   for (int cyc = 0; cyc < 5; ++cyc) {
     EXPECT(SameOnAllRanks(run, cyc));
@@ -202,8 +207,8 @@ TEST(SteadyStateUsesCacheFastPath) {
 TEST(ChangedParametersInvalidateTheCache) {
   auto run = RunCycles(2, 3, [](int r, int cyc, TensorQueue& q) {
     Shape s = {2};
-    if (cyc == 1 && r == 0) s = {7};       // one rank changes: mismatch error on both
-    if (cyc == 2) s = {7};                 // both change: valid again
+    if (cyc == 1 && r == 0) s = {7};  // one rank changes: mismatch error on both
+    if (cyc == 2) s = {7};            // both change: valid again
     q.Add({Entry("g", s)});
   });
   for (int cyc = 0; cyc < 3; ++cyc) EXPECT(SameOnAllRanks(run, cyc));
@@ -214,10 +219,13 @@ TEST(ChangedParametersInvalidateTheCache) {
 
 TEST(CacheEvictionStaysConsistent) {
   // Capacity 2 with 3 names cycling: evictions must not desynchronize ranks.
-  auto run = RunCycles(3, 6, [](int r, int cyc, TensorQueue& q) {
-    const char* names[] = {"p", "q", "s"};
-    for (int i = 0; i < 3; ++i) q.Add({Entry(names[(i + r + cyc) % 3], {1})});
-  }, 2);
+  auto run = RunCycles(
+      3, 6,
+      [](int r, int cyc, TensorQueue& q) {
+        const char* names[] = {"p", "q", "s"};
+        for (int i = 0; i < 3; ++i) q.Add({Entry(names[(i + r + cyc) % 3], {1})});
+      },
+      2);
   for (int cyc = 0; cyc < 6; ++cyc) {
     EXPECT(SameOnAllRanks(run, cyc));
     EXPECT_EQ(Names(run.lists[0][cyc]).size(), 3u);
@@ -253,14 +261,18 @@ thread_local double fake_now = 0;  // each rank thread's clock: one second per c
 TEST(StallInspectorWarnsThenFailsOnEveryRank) {
   // 'late': only rank 0 ever submits it. 'steady': cached at cycle 0, then only rank 0 submits it again, so
   // the cache hit must be demoted to a full round where the inspector sees it.
-  auto run = RunCycles(2, 8, [](int r, int cyc, TensorQueue& q) {
-    fake_now = cyc;
-    if (cyc == 0 || (cyc == 1 && r == 0)) q.Add({Entry("steady", {1})});
-    if (cyc == 0 && r == 0) q.Add({Entry("late", {1})});
-  }, 16, StallOptions{2.0, 5.0, [] { return fake_now; }});
+  auto run = RunCycles(
+      2, 8,
+      [](int r, int cyc, TensorQueue& q) {
+        fake_now = cyc;
+        if (cyc == 0 || (cyc == 1 && r == 0)) q.Add({Entry("steady", {1})});
+        if (cyc == 0 && r == 0) q.Add({Entry("late", {1})});
+      },
+      16, StallOptions{2.0, 5.0, [] { return fake_now; }});
   for (int cyc = 0; cyc < 8; ++cyc) EXPECT(SameOnAllRanks(run, cyc));
   EXPECT_EQ(run.lists[1][2].stall_report.find("tensor 'late' (allreduce) waited 2 s: submitted by ranks [0], "
-                                              "missing ranks [1]") != std::string::npos, true);
+                                              "missing ranks [1]") != std::string::npos,
+            true);
   auto error_for = [&](int cyc, const std::string& name) {
     for (auto& resp : run.lists[1][cyc].responses)
       if (resp.names[0] == name && resp.kind == Response::ERROR) return resp.error;
@@ -273,8 +285,9 @@ TEST(StallInspectorWarnsThenFailsOnEveryRank) {
 }
 
 TEST(ShutdownReachesEveryRankNamingWhoAskedEvenOnTheFastPath) {
-  auto run = RunCycles(3, 3, [](int, int, TensorQueue& q) { q.Add({Entry("w", {1})}); }, 16, {},
-                       [](int r, int cyc) { return r == 2 && cyc == 2; });
+  auto run = RunCycles(
+      3, 3, [](int, int, TensorQueue& q) { q.Add({Entry("w", {1})}); }, 16, {},
+      [](int r, int cyc) { return r == 2 && cyc == 2; });
   EXPECT(!run.lists[0][1].shutdown);
   EXPECT_EQ(run.full_rounds[0], 2u);  // cycle 0 (new name) and cycle 2 (shutdown); cycle 1 used the cache
   for (int r = 0; r < 3; ++r) {
@@ -287,10 +300,13 @@ TEST(ShutdownReachesEveryRankNamingWhoAskedEvenOnTheFastPath) {
 TEST(DemotedCacheHitIsExecutedExactlyOnce) {
   // Both ranks hold a cache hit for 'h' long enough that one demotes it while the other still sets its ready bit:
   // the name must run once, through the full round, never also through the stale bit.
-  auto run = RunCycles(2, 4, [](int r, int cyc, TensorQueue& q) {
-    fake_now = cyc == 2 && r == 0 ? 10.0 : cyc;  // rank 0's clock jumps: its pending hit looks old
-    if (cyc == 0 || (cyc == 1 && r == 0) || (cyc == 2 && r == 1)) q.Add({Entry("h", {2})});
-  }, 16, StallOptions{60.0, 0.0, [] { return fake_now; }});
+  auto run = RunCycles(
+      2, 4,
+      [](int r, int cyc, TensorQueue& q) {
+        fake_now = cyc == 2 && r == 0 ? 10.0 : cyc;  // rank 0's clock jumps: its pending hit looks old
+        if (cyc == 0 || (cyc == 1 && r == 0) || (cyc == 2 && r == 1)) q.Add({Entry("h", {2})});
+      },
+      16, StallOptions{60.0, 0.0, [] { return fake_now; }});
   int executed = 0;
   for (int cyc = 0; cyc < 4; ++cyc) {
     EXPECT(SameOnAllRanks(run, cyc));
@@ -301,13 +317,17 @@ TEST(DemotedCacheHitIsExecutedExactlyOnce) {
 
 TEST(AutotuneParametersReachEveryRankInTheSameCycle) {
   // Steady state on the cache fast path; rank 0 proposes at cycle 3: every rank must see it at cycle 3 only.
-  Run run = RunCycles(3, 6, [](int, int, TensorQueue& q) {
-    std::vector<TensorEntry> v;
-    v.push_back(Entry("g", {4}));
-    q.Add(v);
-  }, 16, {}, nullptr, [](int rank, int cyc, Controller& c) {
-    if (rank == 0 && cyc == 3) c.ProposeParameters({2 << 20, 5.0});
-  });
+  Run run = RunCycles(
+      3, 6,
+      [](int, int, TensorQueue& q) {
+        std::vector<TensorEntry> v;
+        v.push_back(Entry("g", {4}));
+        q.Add(v);
+      },
+      16, {}, nullptr,
+      [](int rank, int cyc, Controller& c) {
+        if (rank == 0 && cyc == 3) c.ProposeParameters({2 << 20, 5.0});
+      });
   for (int r = 0; r < 3; ++r)
     for (int cyc = 0; cyc < 6; ++cyc) {
       const ResponseList& l = run.lists[r][cyc];

@@ -53,6 +53,22 @@ def test_object_helpers_with_process_set():
         assert bcast([R, i]) == [ROOT, i]
 
 
+def test_object_helpers_carry_lambdas_closures_and_local_classes():
+    # Plain pickle refuses all three (lambdas and local classes are pickled by reference); Horovod uses cloudpickle.
+    scale = 10 * (R + 1)
+
+    class Local:
+        def __init__(self, v):
+            self.v = v
+    fn = tfring.broadcast_object(lambda x: x * scale, ROOT)
+    assert fn(2) == 2 * 10 * (ROOT + 1)
+    got = tfring.allgather_object(Local(R))
+    assert [o.v for o in got] == list(range(N)) and all(type(o).__name__ == "Local" for o in got)
+    fns = tfring.allgather_object(lambda: R)
+    assert [f() for f in fns] == list(range(N))
+    assert tfring.broadcast_object_fn(ROOT)(lambda: R)() == ROOT
+
+
 def test_broadcast_global_variables_is_graph_only_like_horovod():
     with pytest.raises(RuntimeError, match="does not support eager execution"):
         tfring.broadcast_global_variables(0)

@@ -79,7 +79,8 @@ def test_grouped_allreduce_large_and_small_members_with_scales(op):
 @pytest.mark.parametrize("dtype", ANY, ids=lambda d: d.name)
 def test_allgather_different_first_dims(dtype):
     for trailing in [(), (2,), (0, 3)]:
-        rows = lambda r: (r + 1) if trailing != (0, 3) else r
+        def rows(r, trailing=trailing):
+            return (r + 1) if trailing != (0, 3) else r
         out = hvd.allgather(tensor(R, (rows(R),) + trailing, dtype))
         want = np.concatenate([value(r, (rows(r),) + trailing, dtype) for r in range(N)])
         assert tuple(out.shape) == want.shape

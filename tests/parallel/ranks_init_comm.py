@@ -1,7 +1,6 @@
 """init(comm=...) runs tfring on a sub-communicator only."""
 from mpi4py import MPI
 
-import numpy as np
 import tensorflow as tf
 
 import tfring as hvd

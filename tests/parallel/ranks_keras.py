@@ -4,7 +4,6 @@ import os
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import tfring.keras as hvd
 from rank_helpers import init

@@ -12,7 +12,7 @@ import tf_keras  # noqa: E402
 import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
 from rank_helpers import init  # noqa: E402
-from sim_helpers import local_grads, rank_batch, simulate_partial_sgd, small_model  # noqa: E402
+from sim_helpers import rank_batch, simulate_partial_sgd, small_model  # noqa: E402
 
 R, N = init()
 C, EPS = 3, 1e-3

@@ -2,13 +2,28 @@
 a save leaves the previous checkpoint loadable."""
 import os
 
-from tfring.callbacks._base import Callback
+from tfring.callbacks._base import Callback, print_msg
 import numpy as np
 
 import tfring
 
 
 class BestModelCheckpoint(Callback):
+    """Saves the model whenever the monitored metric improves: rank 0 writes, atomically (temp file + rename).
+
+    Every rank tracks the best value (pair it with `MetricAverageCallback` so they agree). Keras 3 picks the
+    format from the file name: `.keras` for a model, `.weights.h5` with `save_weights_only=True`.
+
+    Args:
+        filepath: where to save; may hold `{epoch}` and the names of logged metrics (`{val_loss:.3f}`).
+        monitor: the metric in the epoch's logs to watch.
+        verbose: 1 prints a message (through Keras' messaging) for every save.
+        mode: "min", "max", or "auto" ("max" for accuracies and f-measures, else "min").
+        save_weights_only: save only the weights (`model.save_weights`).
+
+    Raises:
+        ValueError: `mode` is not "auto", "min" or "max".
+    """
     def __init__(self, filepath, monitor="val_loss", verbose=0, mode="auto", save_weights_only=False):
         super().__init__()
         if mode not in ("auto", "min", "max"):
@@ -39,4 +54,4 @@ class BestModelCheckpoint(Callback):
             self.model.save(tmp)
         os.replace(tmp, path)
         if self.verbose:
-            print("\nEpoch %d: %s improved to %.5f, saved %s" % (epoch + 1, self.monitor, current, path))
+            print_msg("\nEpoch %d: %s improved to %.5f, saved %s" % (epoch + 1, self.monitor, current, path))

@@ -6,7 +6,21 @@ from tfring.tape import var_key
 
 
 class BroadcastGlobalVariablesCallback(Callback):
-    """local_variables (or register_local_var) are left alone: each rank keeps its own values."""
+    """Starts every rank from `root_rank`'s weights and optimizer state (Horovod's callback).
+
+    The model's variables are broadcast when training begins; the optimizer's as soon as it is built (Keras 3
+    builds it before training; a tf_keras optimizer in its first step, so right after that step). Put it first
+    in the callback list.
+
+    Args:
+        root_rank: the global rank whose values everyone takes.
+        device: accepted for Horovod compatibility (ignored).
+        local_variables: a variable or a list of variables each rank keeps as it is.
+        process_set: the `tfring.ProcessSet` to broadcast within (default: all ranks).
+
+    Raises:
+        ValueError: `local_variables` holds something that is not a variable.
+    """
 
     def __init__(self, root_rank=0, device="", local_variables=None, process_set=None):
         super().__init__()
@@ -25,6 +39,11 @@ class BroadcastGlobalVariablesCallback(Callback):
                 self.register_local_var(v)
 
     def register_local_var(self, var):
+        """Leaves var out of the broadcast: each rank keeps its own value.
+
+        Args:
+            var: a variable of the model or optimizer.
+        """
         self._local[var_key(var)] = var
 
     def _broadcast(self):

@@ -1,16 +1,27 @@
 """Learning-rate schedules by epoch (optionally per batch), and the standard large-batch warmup."""
-from tfring.callbacks._base import Callback
+from tfring.callbacks._base import Callback, print_msg
 
 import tfring
 from tfring.functions import process_set_size
 
 
 class LearningRateScheduleCallback(Callback):
-    """lr = initial_lr * multiplier(epoch) for start_epoch <= epoch < end_epoch. With staircase=False the
-    epoch is fractional (epoch + batch / steps_per_epoch) and the rate is set before every batch.
+    """Sets the learning rate to `initial_lr * multiplier(epoch)` for `start_epoch <= epoch < end_epoch`.
 
-    momentum_correction is accepted for Horovod compatibility; in Keras 3 the momentum is a constant of the
-    compiled step, so it is not rescaled."""
+    With staircase=False the epoch is fractional (epoch + batch / steps_per_epoch) and the rate is set before
+    every batch.
+
+    Args:
+        initial_lr: the base learning rate.
+        multiplier: a function of the epoch, or a constant.
+        start_epoch: first epoch (0-based) of the schedule.
+        end_epoch: the epoch it stops before (None: never).
+        staircase: True: set once per epoch; False: before every batch, with a fractional epoch.
+        momentum_correction: accepted for Horovod compatibility; in Keras 3 the momentum is a constant of the
+            compiled step, so it is not rescaled.
+        steps_per_epoch: batches per epoch, for staircase=False (default: what Keras reports).
+        verbose: 1 prints each epoch's rate on rank 0 (through Keras' messaging).
+    """
 
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                  momentum_correction=True, steps_per_epoch=None, verbose=0):
@@ -44,7 +55,7 @@ class LearningRateScheduleCallback(Callback):
         if self.staircase and self._in_range(epoch):
             lr = self._set(epoch)
             if self.verbose and tfring.rank() == 0:
-                print("\nEpoch %d: learning rate set to %g" % (epoch + 1, lr))
+                print_msg("\nEpoch %d: learning rate set to %g" % (epoch + 1, lr))
 
     def on_train_batch_begin(self, batch, logs=None):
         if not self.staircase and self._in_range(self.current_epoch):
@@ -52,9 +63,20 @@ class LearningRateScheduleCallback(Callback):
 
 
 class LearningRateWarmupCallback(LearningRateScheduleCallback):
-    """Ramps lr from initial_lr / size to initial_lr over warmup_epochs, batch by batch (Goyal et al.):
-    lr(e) = initial_lr / size * (e * (size - 1) / warmup_epochs + 1), e the fractional epoch; size is that
-    of process_set (default: all ranks)."""
+    """Ramps the learning rate from initial_lr / size to initial_lr over warmup_epochs, batch by batch.
+
+    The large-batch warmup of Goyal et al.: lr(e) = initial_lr / size * (e * (size - 1) / warmup_epochs + 1),
+    e the fractional epoch; size is that of process_set. After the warmup the rate is exactly initial_lr.
+
+    Args:
+        initial_lr: the rate at the end of the warmup (usually the single-rank rate times size).
+        warmup_epochs: epochs of the ramp.
+        momentum_correction: accepted for Horovod compatibility (not applied; see
+            `LearningRateScheduleCallback`).
+        steps_per_epoch: batches per epoch (default: what Keras reports).
+        verbose: 1 prints a message on rank 0 when the warmup ends (through Keras' messaging).
+        process_set: the `tfring.ProcessSet` whose size scales the rate (default: all ranks).
+    """
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0,
                  process_set=None):
@@ -70,4 +92,4 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         if epoch == self.warmup_epochs - 1:
             self.model.optimizer.learning_rate = self.initial_lr  # exactly the target after warmup
             if self.verbose and tfring.rank() == 0:
-                print("\nEpoch %d: finished warmup, learning rate %g" % (epoch + 1, self.initial_lr))
+                print_msg("\nEpoch %d: finished warmup, learning rate %g" % (epoch + 1, self.initial_lr))

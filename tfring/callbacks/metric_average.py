@@ -8,6 +8,15 @@ from tfring.functions import process_set_size
 
 
 class MetricAverageCallback(Callback):
+    """Averages the scalar metrics of the epoch's logs over the ranks, so every rank sees the global values.
+
+    Runs at every epoch end (one allreduce). Put it before callbacks that read metrics (ReduceLROnPlateau,
+    checkpoints, TensorBoard, early stopping), so they see the averages.
+
+    Args:
+        device: accepted for Horovod compatibility (ignored).
+        process_set: the `tfring.ProcessSet` to average over (default: all ranks).
+    """
     def __init__(self, device="", process_set=None):
         super().__init__()
         self.process_set = process_set

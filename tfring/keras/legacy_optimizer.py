@@ -17,7 +17,11 @@ _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16, "bf16": Com
 
 
 def optimizer_types():
-    """The tf_keras optimizer base classes: the current one and the legacy OptimizerV2."""
+    """The tf_keras optimizer base classes: the current one and the legacy OptimizerV2.
+
+    Returns:
+        tuple: the two classes.
+    """
     return tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer
 
 
@@ -39,7 +43,21 @@ class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.O
     """Averages (op=Average) or sums (op=Sum) gradients over the ranks of process_set, then applies the inner
     optimizer. backward_passes_per_step=k (Horovod's semantics): every call accumulates the local gradients;
     every k-th call reduces their sum (or mean, average_aggregated_gradients=True) and applies it, the others only
-    advance iterations. `_compute_gradients()` and `_agg_helper.counter` exist for Horovod compatibility."""
+    advance iterations. `_compute_gradients()` and `_agg_helper.counter` exist for Horovod compatibility.
+
+    `tfring.keras.DistributedOptimizer(opt)` returns one of these for a tf_keras optimizer.
+
+    Args:
+        optimizer: a tf_keras.optimizers.Optimizer or tf_keras.optimizers.legacy.Optimizer (or its config).
+        name, op, compression, sparse_as_dense: as for `tfring.keras.DistributedOptimizer`.
+        backward_passes_per_step, average_aggregated_gradients, gradient_predivide_factor: the same.
+        groups, num_groups, process_set, device_dense, device_sparse, scale_local_gradients: the same.
+        **kwargs: tf_keras.optimizers.Optimizer's arguments (learning_rate is the inner optimizer's).
+
+    Raises:
+        TypeError: `optimizer` is not a tf_keras optimizer.
+        ValueError: malformed op, compression, backward_passes_per_step or groups.
+    """
 
     def __init__(self, optimizer, name=None, op=Average, compression=Compression.none, sparse_as_dense=False,
                  backward_passes_per_step=1, average_aggregated_gradients=False, gradient_predivide_factor=1.0,
@@ -73,7 +91,11 @@ class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.O
         self._agg_helper = aggregator
 
     def register_local_var(self, var):
-        """var's gradient is not reduced over ranks (only scaled, see scale_local_gradients)."""
+        """Keeps var's gradient local: not reduced over ranks (only scaled, see scale_local_gradients).
+
+        Args:
+            var: a trainable variable of the model.
+        """
         self._tfring_reducer.register_local(var)
 
     def _is_legacy(self):
@@ -118,7 +140,15 @@ class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.O
 
     def get_gradients(self, loss, params):
         """Horovod compatibility: the inner optimizer's get_gradients(loss, params), reduced as
-        _compute_gradients() reduces them (apply_gradients() then does not reduce them again)."""
+        _compute_gradients() reduces them (apply_gradients() then does not reduce them again).
+
+        Args:
+            loss: the loss tensor.
+            params: the variables.
+
+        Returns:
+            list: the reduced gradients.
+        """
         params = list(params)
         grads = self._reduce(list(self.inner_optimizer.get_gradients(loss, params)), params)
         self._tfring_pending.grads = grads

@@ -36,11 +36,33 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     """Averages (op=Average) or sums (op=Sum) gradients over the ranks of process_set (default: all), then
     applies the inner optimizer.
 
-    backward_passes_per_step=k accumulates k local gradients and communicates once every k steps
-    (sum of the k gradients, or their mean with average_aggregated_gradients=True). groups / num_groups:
-    see tfring.DistributedGradientTape. register_local_var(v): v's gradient stays local (divided by the
-    process set's size when scale_local_gradients). groups given as variable lists, process_set and local
-    variables are not part of get_config()."""
+    A Keras 3 optimizer wrapper built on public API only; `learning_rate` and `iterations` are the inner
+    optimizer's. Given a tf_keras optimizer (also a legacy OptimizerV2), the constructor returns the tf_keras
+    wrapper (`tfring.keras.legacy_optimizer.LegacyDistributedOptimizer`) instead. On a rank outside the set, or
+    in a set of one rank, the gradients are applied unreduced. groups given as variable lists, process_set and
+    local variables are not part of get_config().
+
+    Args:
+        optimizer: the Keras optimizer that applies the reduced gradients (or its config dict).
+        name: the wrapper's name (default "Distributed" + the inner class name).
+        op: `Average` (default) or `Sum`.
+        compression: `Compression.none`, `.fp16` or `.bf16` (or "none", "fp16", "bf16").
+        sparse_as_dense: turn `tf.IndexedSlices` gradients into dense ones before reducing them.
+        backward_passes_per_step: k > 1 accumulates k local gradients and communicates once every k steps.
+        average_aggregated_gradients: with k > 1, apply the mean of the k gradients instead of their sum.
+        gradient_predivide_factor: with Average, divide by this before the sum and by size/this after.
+        groups: an int (that many contiguous groups) or lists of variables, one grouped allreduce each.
+        device_dense, device_sparse: device for the collectives (GPU builds) / for `tf.IndexedSlices`.
+        process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
+        num_groups: deprecated spelling of an int `groups`.
+        scale_local_gradients: divide local variables' gradients by the set's size (Horovod's default).
+        **kwargs: keras.optimizers.Optimizer's arguments (learning_rate is the inner optimizer's).
+
+    Raises:
+        TypeError: `optimizer` is not a Keras optimizer.
+        ValueError: op is not Average or Sum, backward_passes_per_step < 1, gradient_predivide_factor without
+            Average, an unknown compression, or malformed groups.
+    """
 
     def __new__(cls, optimizer=None, *args, **kwargs):
         # A tf_keras (Keras 2) optimizer, a subclass of one or a legacy OptimizerV2 gets the tf_keras wrapper:
@@ -86,7 +108,11 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         self._reducer = reducer
 
     def register_local_var(self, var):
-        """var's gradient is not reduced over ranks (only scaled, see scale_local_gradients)."""
+        """Keeps var's gradient local: not reduced over ranks (only scaled, see scale_local_gradients).
+
+        Args:
+            var: a trainable variable of the model.
+        """
         self._reducer.register_local(var)
 
     def build(self, var_list):
@@ -158,8 +184,22 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                                 sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, groups=None,
                                 process_set=None, local_layers=None, scale_local_gradients=True, **kwargs):
-    """DistributedOptimizer (Keras 3 or tf_keras) that keeps the gradients of local_layers' trainable variables
-    local. Other keyword arguments (e.g. backward_passes_per_step) go to DistributedOptimizer."""
+    """`DistributedOptimizer` (Keras 3 or tf_keras) that keeps the gradients of `local_layers`' trainable
+    variables local.
+
+    Args:
+        optimizer, name, device_dense, device_sparse, compression: as for `DistributedOptimizer`.
+        sparse_as_dense, gradient_predivide_factor, op, groups, process_set: the same.
+        local_layers: a built Keras layer, or a list of them, whose variables stay local.
+        scale_local_gradients: divide the local gradients by the set's size (Horovod's default).
+        **kwargs: other `DistributedOptimizer` arguments (e.g. backward_passes_per_step).
+
+    Returns:
+        The DistributedOptimizer.
+
+    Raises:
+        ValueError: a local layer is not a built Keras layer, or other arguments are malformed.
+    """
     local_vars = local_layer_variables("tfring.keras.PartialDistributedOptimizer", local_layers)
     opt = DistributedOptimizer(optimizer, name=name, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
                                gradient_predivide_factor=gradient_predivide_factor, groups=groups,

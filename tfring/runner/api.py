@@ -6,16 +6,15 @@ import shutil
 import sys
 import tempfile
 
-from tfring.runner.flags import build_parser
-from tfring.runner.launch import build_command, run_command
+import cloudpickle
+
+from tfring.runner.flags import UsageError
+from tfring.runner.launch import parse, plan, run_command
 
 
 def _dumps(obj):
-    try:
-        import cloudpickle  # lambdas and closures, when available
-        return cloudpickle.dumps(obj)
-    except ImportError:
-        return pickle.dumps(obj)
+    # cloudpickle (a dependency): lambdas, closures and functions defined in __main__ travel by value.
+    return cloudpickle.dumps(obj)
 
 
 def run(fn, args=(), kwargs=None, np=2, hosts=None, env=None, verbose=False, mpi_args=""):
@@ -30,16 +29,15 @@ def run(fn, args=(), kwargs=None, np=2, hosts=None, env=None, verbose=False, mpi
         task = os.path.join(os.path.dirname(os.path.abspath(__file__)), "task.py")
         argv = ["-np", str(np)] + (["-H", hosts] if hosts else []) + ["--mpi-args", mpi_args, "--",
                                                                     sys.executable, task, workdir]
-        parsed = build_parser().parse_args(argv)
-        parsed.command = parsed.command[1:] if parsed.command[:1] == ["--"] else parsed.command
-        old_env = dict(os.environ)
-        os.environ.update(env or {})
+        environ = dict(os.environ)
+        environ.update(env or {})
         try:
-            cmd = build_command(parsed)
-            rc = run_command(cmd, None, stdout=sys.stdout if verbose else open(os.devnull, "w"))
-        finally:
-            os.environ.clear()
-            os.environ.update(old_env)
+            parsed = parse(argv)
+            cmd, run_env = plan(parsed, environ)
+        except UsageError as e:
+            raise ValueError("tfring.runner.run: %s" % e) from None
+        rc = run_command(cmd, None, stdout=sys.stdout if verbose else open(os.devnull, "w"), env=run_env,
+                         start_timeout=parsed.start_deadline, num_ranks=parsed.num_ranks)
         results = []
         for rank in range(np):
             path = os.path.join(workdir, "rank.%d.pkl" % rank)

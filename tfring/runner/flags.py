@@ -1,14 +1,156 @@
-"""horovodrun's command line and config file, mapped onto tfring's knob table (TFRING_* variables)."""
+"""horovodrun's command line (0.28.1: every flag, with its single-dash aliases), mapped onto tfring's knob table
+(TFRING_* variables) or refused in one line when it asks for a feature tfring does not build."""
 import argparse
 
-# flag (argparse dest) -> (TFRING_ knob, conversion). Each knob is one row of the runtime's table (env.cc).
+LOG_LEVELS = ["trace", "debug", "info", "warning", "error", "fatal"]
+
+
+class UsageError(Exception):
+    """A bad command line or config file: tfringrun prints one line and exits 2 (no usage dump)."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(" ".join(message.split()) + " (tfringrun --help lists the flags)")
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=kw.get("help"))
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from tfring.runner.info import version_text
+        print(version_text())
+        parser.exit(0)
+
+
+class _Nics(argparse.Action):
+    """--network-interfaces eth0,eth1 and (repeatable) --network-interface eth0: one ordered union, as Horovod."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        nics = list(getattr(namespace, self.dest) or [])
+        for nic in values.split(","):
+            if nic.strip() and nic.strip() not in nics:
+                nics.append(nic.strip())
+        setattr(namespace, self.dest, nics)
+
+
+def _pair(group, on, off, dest, help_on, help_off=argparse.SUPPRESS):
+    """--x / --no-x as in horovodrun: True / False, None when neither is given (so a config file may set it)."""
+    g = group.add_mutually_exclusive_group()
+    g.add_argument(on, dest=dest, action="store_const", const=True, default=None, help=help_on)
+    g.add_argument(off, dest=dest, action="store_const", const=False, default=None, help=help_off)
+
+
+def build_parser():
+    # Every default is None: a value still None after parsing was not on the command line (the config file
+    # may then set it; command-line flags always win).
+    p = Parser(prog="tfringrun", description="Launch a tfring (Horovod-style) job over Open MPI's mpirun.",
+               usage="tfringrun [-np N] [-H hosts | -hostfile FILE] [flags] command ...")
+    p.add_argument("-v", "--version", action=_Version, help="print tfring's, TensorFlow's and Open MPI's versions")
+    p.add_argument("-np", "--num-proc", dest="np", type=int, help="number of processes (default: the hosts' slots)")
+    p.add_argument("-cb", "--check-build", action="store_true", help="print what this tfring was built with")
+    p.add_argument("--disable-cache", action="store_true", default=None,
+                   help="accepted; tfringrun keeps no cache of start-up checks")
+    p.add_argument("--start-timeout", type=int, help="seconds for every rank to start (default "
+                   "$TFRING_START_TIMEOUT / $HOROVOD_START_TIMEOUT, else no deadline)")
+    p.add_argument("--network-interfaces", "--network-interface", dest="nics", action=_Nics,
+                   help="NICs (or CIDR subnets) for MPI traffic, e.g. eth0,eth1; --network-interface repeats")
+    p.add_argument("--output-filename", help="directory: also write each rank's tagged output to rank.<N>.log")
+    p.add_argument("--verbose", action="store_true", default=None, help="print the mpirun command")
+    p.add_argument("--config-file", help="horovodrun-style YAML file; command-line flags win")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command every rank runs")
+
+    g = p.add_argument_group("SSH arguments")
+    g.add_argument("-p", "--ssh-port", type=int, help="ssh port on every host")
+    g.add_argument("-i", "--ssh-identity-file", help="ssh private key file")
+
+    g = p.add_argument_group("tunable parameter arguments")
+    g.add_argument("--fusion-threshold-mb", type=float, help="fusion buffer size in MB (0 disables fusion)")
+    g.add_argument("--cycle-time-ms", type=float, help="milliseconds between negotiation cycles")
+    g.add_argument("--cache-capacity", type=int, help="response cache entries (0 disables the cache)")
+    _pair(g, "--hierarchical-allreduce", "--no-hierarchical-allreduce", "hierarchical_allreduce",
+          "not built (refused); --no-hierarchical-allreduce is accepted", "accepted: tfring's allreduce is a ring")
+    _pair(g, "--hierarchical-allgather", "--no-hierarchical-allgather", "hierarchical_allgather",
+          "not built (refused); --no-hierarchical-allgather is accepted", "accepted")
+    _pair(g, "--torus-allreduce", "--no-torus-allreduce", "torus_allreduce",
+          "not built (refused); --no-torus-allreduce is accepted", "accepted")
+
+    g = p.add_argument_group("autotune arguments")
+    _pair(g, "--autotune", "--no-autotune", "autotune", "tune fusion threshold and cycle time online")
+    g.add_argument("--autotune-log-file", help="CSV of every autotune sample and decision (rank 0)")
+    g.add_argument("--autotune-warmup-samples", type=int, help="samples dropped after each switch")
+    g.add_argument("--autotune-sample-seconds", type=float, help="tfring: seconds of collective activity per sample")
+    g.add_argument("--autotune-samples-per-candidate", type=int, help="tfring: samples per candidate (median)")
+    for flag, typ in (("--autotune-steps-per-sample", int), ("--autotune-bayes-opt-max-samples", int),
+                      ("--autotune-gaussian-process-noise", float)):
+        g.add_argument(flag, type=typ, help="Horovod's Bayesian-optimisation knob: refused with --autotune")
+
+    g = p.add_argument_group("elastic arguments (not built: refused)")
+    g.add_argument("--min-np", "--min-num-proc", dest="min_num_proc", type=int)
+    g.add_argument("--max-np", "--max-num-proc", dest="max_num_proc", type=int)
+    g.add_argument("--slots-per-host", dest="slots", type=int)
+    g.add_argument("--elastic-timeout", type=int)
+    g.add_argument("--reset-limit", type=int)
+    g.add_argument("--blacklist-cooldown-range", dest="cooldown_range", type=int, nargs=2)
+
+    g = p.add_argument_group("timeline arguments")
+    g.add_argument("--timeline-filename", help="Chrome-trace JSON timeline written by rank 0")
+    _pair(g, "--timeline-mark-cycles", "--no-timeline-mark-cycles", "timeline_mark_cycles", "mark cycles")
+
+    g = p.add_argument_group("stall check arguments")
+    _pair(g, "--no-stall-check", "--stall-check", "no_stall_check", "disable the stall inspector")
+    g.add_argument("--stall-check-warning-time-seconds", type=float, help="seconds until a stall warning")
+    g.add_argument("--stall-check-shutdown-time-seconds", type=float, help="seconds until a stall fails the job")
+
+    g = p.add_argument_group("library arguments")
+    _pair(g, "--mpi-threads-disable", "--no-mpi-threads-disable", "mpi_threads_disable",
+          "initialise MPI with MPI_THREAD_SERIALIZED instead of MPI_THREAD_MULTIPLE")
+    g.add_argument("--mpi-args", help='extra mpirun arguments, e.g. --mpi-args="--map-by ppr:2:node"')
+    g.add_argument("--tcp", dest="tcp_flag", action="store_true", default=None,
+                   help="MPI over TCP (and shared memory within a host) only; NCCL_IB_DISABLE=1")
+    g.add_argument("--binding-args", help='mpirun binding arguments instead of "--bind-to none"')
+    g.add_argument("--num-nccl-streams", type=int, help="1 accepted (tfring's one stream); more are refused")
+    g.add_argument("--thread-affinity", type=int, help="not built (refused)")
+    g.add_argument("--gloo-timeout-seconds", type=int, help="accepted and ignored: Gloo only")
+
+    g = p.add_argument_group("logging arguments")
+    g.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, help="tfring's backend log level")
+    g = g.add_mutually_exclusive_group()
+    g.add_argument("--log-with-timestamp", dest="log_with_timestamp", action="store_const", const=True,
+                   default=None, help="timestamp tfring's backend log lines and tfringrun's own messages")
+    g.add_argument("--log-without-timestamp", dest="log_with_timestamp", action="store_const", const=False,
+                   help="no timestamps on them (the default)")
+    g.add_argument("--log-hide-timestamp", dest="log_with_timestamp", action="store_const", const=False,
+                   help=argparse.SUPPRESS)
+    g.add_argument("--no-log-hide-timestamp", dest="log_with_timestamp", action="store_const", const=True,
+                   help=argparse.SUPPRESS)
+
+    # Horovod puts this in the same exclusive group as --log-without-timestamp; nothing stops using both here.
+    p.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp", dest="prefix_output_with_timestamp",
+                   action="store_true", default=None, help="timestamp every line (and \\r update) of output")
+
+    g = p.add_argument_group("host arguments").add_mutually_exclusive_group()
+    g.add_argument("-H", "--hosts", help="host1:slots,host2:slots (default localhost:<np>)")
+    g.add_argument("-hostfile", "--hostfile", help="file of 'host slots=N' lines")
+    g.add_argument("--host-discovery-script", help="elastic training: not built (refused)")
+
+    g = p.add_argument_group("controller arguments").add_mutually_exclusive_group()
+    g.add_argument("--gloo", dest="use_gloo", action="store_true", default=None, help="not built (refused)")
+    g.add_argument("--mpi", dest="use_mpi", action="store_true", default=None, help="accepted: tfring runs on MPI")
+    g.add_argument("--jsrun", dest="use_jsrun", action="store_true", default=None, help="not built (refused)")
+    return p
+
+
+# dest -> (TFRING_ knob, conversion). Each knob is one row of the runtime's table (env.cc).
 KNOB_FLAGS = {
     "fusion_threshold_mb": ("TFRING_FUSION_THRESHOLD", lambda v: str(int(float(v) * 1024 * 1024))),
     "cycle_time_ms": ("TFRING_CYCLE_TIME", str),
     "cache_capacity": ("TFRING_CACHE_CAPACITY", str),
-    "log_level": ("TFRING_LOG_LEVEL", lambda v: str(v).lower()),
+    "log_level": ("TFRING_LOG_LEVEL", lambda v: "error" if v.lower() == "fatal" else v.lower()),
     "timeline_filename": ("TFRING_TIMELINE", str),
     "timeline_mark_cycles": ("TFRING_TIMELINE_MARK_CYCLES", lambda v: "1" if v else "0"),
+    "no_stall_check": ("TFRING_STALL_CHECK_DISABLE", lambda v: "1" if v else "0"),
     "stall_check_warning_time_seconds": ("TFRING_STALL_CHECK_TIME_SECONDS", str),
     "stall_check_shutdown_time_seconds": ("TFRING_STALL_SHUTDOWN_TIME_SECONDS", str),
     "autotune": ("TFRING_AUTOTUNE", lambda v: "1" if v else "0"),
@@ -17,132 +159,81 @@ KNOB_FLAGS = {
     "autotune_sample_seconds": ("TFRING_AUTOTUNE_SAMPLE_SECONDS", str),
     "autotune_samples_per_candidate": ("TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", str),
 }
-# Flags of features tfring does not have yet: refusing is better than silently ignoring them.
-NOT_BUILT = {
-    "hierarchical_allreduce": "hierarchical allreduce", "start_timeout": "a start-up timeout",
-    # horovodrun's Bayesian-optimisation knobs: tfring's autotune is a coordinate search without them.
-    "autotune_bayes_opt_max_samples": "Bayesian-optimisation autotune",
-    "autotune_steps_per_sample": "step-counted autotune samples (use --autotune-sample-seconds)",
-    "autotune_gaussian_process_noise": "Bayesian-optimisation autotune",
+
+_ELASTIC = "elastic training is not built in tfring (issue #15); run a fixed-size job with -np"
+# dest -> (asks for the unbuilt feature?, why it is refused). A value that asks for the feature to be off passes.
+REFUSED = {
+    "use_gloo": (bool, "the Gloo controller is not built in tfring (it runs on MPI); drop it or pass --mpi"),
+    "use_jsrun": (bool, "jsrun/LSF launching is not built in tfring; list the allocation's hosts with -H or "
+                        "-hostfile"),
+    "hierarchical_allreduce": (bool, "hierarchical allreduce is not built in tfring (it runs a ring allreduce)"),
+    "hierarchical_allgather": (bool, "hierarchical allgather is not built in tfring"),
+    "torus_allreduce": (bool, "torus allreduce is not built in tfring (it runs a ring allreduce)"),
+    "thread_affinity": (lambda v: v is not None, "pinning the background thread to a core is not built in tfring"),
+    "num_nccl_streams": (lambda v: v not in (None, 1), "tfring uses one NCCL stream per device; more streams "
+                                                       "are not built (pass 1 or drop it)"),
+    "min_num_proc": (lambda v: v is not None, _ELASTIC), "max_num_proc": (lambda v: v is not None, _ELASTIC),
+    "slots": (lambda v: v is not None, _ELASTIC), "elastic_timeout": (lambda v: v is not None, _ELASTIC),
+    "reset_limit": (lambda v: v is not None, _ELASTIC), "cooldown_range": (lambda v: v is not None, _ELASTIC),
+    "host_discovery_script": (lambda v: v is not None, _ELASTIC),
 }
-# horovodrun's YAML config layout: section -> {key: dest}
-CONFIG_KEYS = {
-    "params": {"fusion_threshold_mb": "fusion_threshold_mb", "cycle_time_ms": "cycle_time_ms",
-               "cache_capacity": "cache_capacity", "hierarchical_allreduce": "hierarchical_allreduce"},
-    "autotune": {"enabled": "autotune", "log_file": "autotune_log_file",
-                 "warmup_samples": "autotune_warmup_samples", "sample_seconds": "autotune_sample_seconds",
-                 "samples_per_candidate": "autotune_samples_per_candidate",
-                 "steps_per_sample": "autotune_steps_per_sample",
-                 "bayes_opt_max_samples": "autotune_bayes_opt_max_samples",
-                 "gaussian_process_noise": "autotune_gaussian_process_noise"},
-    "timeline": {"filename": "timeline_filename", "mark_cycles": "timeline_mark_cycles"},
-    "stall_check": {"enabled": "stall_check_enabled", "warning_time_seconds": "stall_check_warning_time_seconds",
-                    "shutdown_time_seconds": "stall_check_shutdown_time_seconds"},
-    "logging": {"level": "log_level"},
+# Horovod's Bayesian-optimisation knobs: they only matter with autotune on, as in horovodrun.
+BAYES = {
+    "autotune_steps_per_sample": "tfring's autotune samples by time: use --autotune-sample-seconds",
+    "autotune_bayes_opt_max_samples": "tfring's autotune is a coordinate search, not Bayesian optimisation",
+    "autotune_gaussian_process_noise": "tfring's autotune is a coordinate search, not Bayesian optimisation",
 }
+NONNEGATIVE = ["fusion_threshold_mb", "cycle_time_ms", "cache_capacity", "autotune_warmup_samples",
+               "autotune_steps_per_sample", "autotune_bayes_opt_max_samples", "stall_check_warning_time_seconds",
+               "stall_check_shutdown_time_seconds", "num_nccl_streams", "thread_affinity", "gloo_timeout_seconds",
+               "start_timeout", "autotune_sample_seconds", "autotune_samples_per_candidate"]
 
 
-def build_parser():
-    p = argparse.ArgumentParser(prog="tfringrun", description="Launch a tfring (Horovod-style) job over MPI.")
-    p.add_argument("-np", "--num-proc", dest="np", type=int, help="number of processes")
-    p.add_argument("-H", "--hosts", help="host1:slots,host2:slots (default localhost:<np>)")
-    p.add_argument("--hostfile", help="file of 'host slots=N' lines")
-    p.add_argument("--fusion-threshold-mb", type=float)
-    p.add_argument("--cycle-time-ms", type=float)
-    p.add_argument("--cache-capacity", type=int)
-    p.add_argument("--disable-cache", action="store_true")
-    p.add_argument("--hierarchical-allreduce", action="store_true", default=None)
-    p.add_argument("--timeline-filename")
-    p.add_argument("--timeline-mark-cycles", action="store_true", default=None)
-    p.add_argument("--autotune", action="store_true", default=None)
-    p.add_argument("--autotune-log-file", help="CSV of every autotune sample and decision (rank 0)")
-    p.add_argument("--autotune-warmup-samples", type=int)
-    p.add_argument("--autotune-sample-seconds", type=float, help="seconds of collective activity per sample")
-    p.add_argument("--autotune-samples-per-candidate", type=int)
-    p.add_argument("--autotune-steps-per-sample", type=int)
-    p.add_argument("--autotune-bayes-opt-max-samples", type=int)
-    p.add_argument("--autotune-gaussian-process-noise", type=float)
-    p.add_argument("--stall-check-warning-time-seconds", type=float)
-    p.add_argument("--stall-check-shutdown-time-seconds", type=float)
-    p.add_argument("--no-stall-check", action="store_true")
-    p.add_argument("--log-level", type=str.lower, choices=["trace", "debug", "info", "warning", "error"])
-    p.add_argument("--config-file", help="horovodrun-style YAML file; command-line flags win")
-    p.add_argument("--mpi-args", default="", help="extra arguments passed to mpirun verbatim")
-    p.add_argument("--output-filename", help="directory: also write each rank's output to rank.<N>.log there")
-    p.add_argument("--start-timeout", type=int)
-    p.add_argument("--network-interface", help="NIC(s) for MPI traffic, e.g. eth0 or eth0,eth1")
-    p.add_argument("-p", "--ssh-port", type=int)
-    p.add_argument("-i", "--ssh-identity-file")
-    p.add_argument("--mpi", action="store_true", help="use MPI (the only controller tfring has)")
-    p.add_argument("--gloo", action="store_true")
-    p.add_argument("--verbose", action="store_true")
-    p.add_argument("--check-build", action="store_true", help="print what this tfring was built with")
-    p.add_argument("command", nargs=argparse.REMAINDER)
-    return p
+def flag_name(dest, parser=None):
+    """The long flag for an argparse dest (for messages)."""
+    for action in (parser or build_parser())._actions:
+        if action.dest == dest and action.option_strings:
+            longs = [o for o in action.option_strings if o.startswith("--")]
+            return (longs or action.option_strings)[0]
+    return "--" + dest.replace("_", "-")
 
 
-def _scalar(text):
-    text = text.strip().strip("'\"")
-    low = text.lower()
-    if low in ("true", "yes", "on"):
-        return True
-    if low in ("false", "no", "off"):
-        return False
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
+def check(args):
+    """Raises UsageError naming the flag (or config key) that asks for an unbuilt feature or has a bad value."""
+    origin = getattr(args, "origin", {})
 
+    def where(dest):
+        return origin.get(dest) or flag_name(dest)
 
-def read_config_file(path):
-    """The two-level `section:\\n  key: value` YAML that horovodrun's --config-file uses (no PyYAML needed)."""
-    values, section = {}, None
-    with open(path) as f:
-        for lineno, raw in enumerate(f, 1):
-            line = raw.split("#", 1)[0].rstrip()
-            if not line.strip():
-                continue
-            key, sep, value = line.strip().partition(":")
-            if not sep:
-                raise ValueError("--config-file %s:%d: expected 'key: value', got %r" % (path, lineno, raw.strip()))
-            if not raw.startswith((" ", "\t")):
-                section = key if not value.strip() else None
-                if section is None:
-                    if key != "verbose":
-                        raise ValueError("--config-file %s:%d: unknown top-level key %r" % (path, lineno, key))
-                    values["verbose"] = bool(_scalar(value))
-                elif section not in CONFIG_KEYS:
-                    raise ValueError("--config-file %s:%d: unknown section %r" % (path, lineno, section))
-                continue
-            dest = CONFIG_KEYS.get(section, {}).get(key)
-            if dest is None:
-                raise ValueError("--config-file %s:%d: unknown key %r in section %r" % (path, lineno, key, section))
-            values[dest] = _scalar(value)
-    return values
-
-
-def apply_config_file(args):
-    """Fills flags the command line left unset from the config file."""
-    if not args.config_file:
-        return args
-    for dest, value in read_config_file(args.config_file).items():
-        if dest == "stall_check_enabled":
-            args.no_stall_check = args.no_stall_check or not value
-        elif getattr(args, dest, None) in (None, False):
-            setattr(args, dest, value if value is not False else None)
-    return args
+    for dest, (asks, why) in REFUSED.items():
+        value = getattr(args, dest, None)
+        if asks(value):
+            raise UsageError("%s: %s" % (where(dest), why))
+    if args.autotune:
+        for dest, why in BAYES.items():
+            if getattr(args, dest, None) is not None:
+                raise UsageError("%s: %s" % (where(dest), why))
+    for dest in NONNEGATIVE:
+        value = getattr(args, dest, None)
+        if value is not None and value < 0:
+            raise UsageError("%s: %s must be >= 0" % (where(dest), value))
+    noise = args.autotune_gaussian_process_noise
+    if noise is not None and not 0 <= noise <= 1:
+        raise UsageError("%s: %s must be in [0, 1]" % (where("autotune_gaussian_process_noise"), noise))
+    if args.np is not None and args.np < 1:
+        raise UsageError("-np: must be a positive number of processes, got %d" % args.np)
 
 
 def knob_env(args):
+    """The variables the flags set for every rank."""
     env = {}
-    for flag, (knob, conv) in KNOB_FLAGS.items():
-        value = getattr(args, flag)
+    for dest, (knob, conv) in KNOB_FLAGS.items():
+        value = getattr(args, dest)
         if value is not None:
             env[knob] = conv(value)
-    if args.disable_cache:
-        env["TFRING_CACHE_CAPACITY"] = "0"
-    if args.no_stall_check:
-        env["TFRING_STALL_CHECK_DISABLE"] = "1"
+    if args.mpi_threads_disable:
+        # mpi4py initialises MPI; tfring calls MPI from its one background thread after init on the main thread.
+        env["MPI4PY_RC_THREAD_LEVEL"] = "serialized"
+    if args.tcp_flag:
+        env["NCCL_IB_DISABLE"] = "1"  # as horovodrun --tcp
     return env

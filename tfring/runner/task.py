@@ -15,8 +15,9 @@ def main(workdir):
     except BaseException:  # reported to the caller with the traceback
         result = (False, traceback.format_exc())
     tmp = os.path.join(workdir, ".rank.%d.pkl" % rank)
+    import cloudpickle  # a result may be a lambda or a closure, like the function itself
     with open(tmp, "wb") as f:
-        pickle.dump(result, f)
+        cloudpickle.dump(result, f)
     os.replace(tmp, os.path.join(workdir, "rank.%d.pkl" % rank))
     if not result[0]:
         sys.exit(1)

@@ -5,7 +5,10 @@
 namespace tfring {
 
 Autotuner::Autotuner(TunedParams start, AutotuneOptions options)
-    : options_(std::move(options)), current_(start), best_(start), fusion_phase_cycle_(start.cycle_time_ms),
+    : options_(std::move(options)),
+      current_(start),
+      best_(start),
+      fusion_phase_cycle_(start.cycle_time_ms),
       warmup_left_(options_.warmup_samples) {
   if (!options_.log_path.empty()) {
     log_.open(options_.log_path, std::ios::out | std::ios::trunc);
@@ -90,8 +93,10 @@ void Autotuner::FinishCandidate(double score) {
     return;
   }
   TunedParams next = phase_ == FUSION ? current_ : best_;
-  if (phase_ == FUSION) next.fusion_threshold_bytes = options_.fusion_candidates[index_];
-  else next.cycle_time_ms = options_.cycle_candidates[index_];
+  if (phase_ == FUSION)
+    next.fusion_threshold_bytes = options_.fusion_candidates[index_];
+  else
+    next.cycle_time_ms = options_.cycle_candidates[index_];
   Propose(next);
 }
 

@@ -23,9 +23,9 @@ struct TunedParams {
 struct AutotuneOptions {
   std::vector<int64_t> fusion_candidates = {1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20};
   std::vector<double> cycle_candidates = {0.5, 1, 2, 5};
-  double sample_seconds = 1;    // one score = bytes over at least this much time...
-  int64_t min_sample_bytes = 1;  // ...and at least this many bytes (idle time is not scored)
-  int warmup_samples = 1;        // discarded after every switch (caches, allocator warm-up)
+  double sample_seconds = 1;      // one score = bytes over at least this much time...
+  int64_t min_sample_bytes = 1;   // ...and at least this many bytes (idle time is not scored)
+  int warmup_samples = 1;         // discarded after every switch (caches, allocator warm-up)
   int samples_per_candidate = 3;  // the candidate's score is the median of these (this machine is noisy)
   std::string log_path;           // CSV; empty = no log
 };

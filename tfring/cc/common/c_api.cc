@@ -26,8 +26,7 @@ static int Report(const tfring::Status& s, char* err, int err_len) {
 
 int tfring_init(int64_t comm_f, char* err, int err_len) { return Report(Runtime::Get().Init(comm_f), err, err_len); }
 
-int tfring_init_with_sets(int64_t comm_f, const int* sets, const int* set_sizes, int num_sets, char* err,
-                          int err_len) {
+int tfring_init_with_sets(int64_t comm_f, const int* sets, const int* set_sizes, int num_sets, char* err, int err_len) {
   std::vector<std::vector<int>> static_sets;
   for (int i = 0, off = 0; i < num_sets; off += set_sizes[i], ++i)
     static_sets.emplace_back(sets + off, sets + off + set_sizes[i]);
@@ -57,8 +56,8 @@ int tfring_process_sets(int* ids, int* sizes, int cap, int* ranks, int cap_ranks
 
 int tfring_change_process_set(const int* ranks, int n, int remove_id, int* id, char* err, int err_len) {
   if (!Runtime::Get().initialized())
-    return Report(tfring::Status::PreconditionError("tfring has not been initialized; call tfring.init() first"),
-                  err, err_len);
+    return Report(tfring::Status::PreconditionError("tfring has not been initialized; call tfring.init() first"), err,
+                  err_len);
   std::vector<int> r(ranks, ranks + n);
   return Report(Runtime::Get().ChangeProcessSet(r, remove_id, id), err, err_len);
 }
@@ -109,7 +108,7 @@ const char* tfring_built_tf_version() { return TFRING_TF_VERSION; }
 const char* tfring_knob_table() {
   static std::string rows;
   if (rows.empty()) {
-    static const char* types[] = {"int", "double", "bool", "string"};
+    static const char* types[] = {"int", "double", "bool", "string", "level"};
     for (const auto& k : tfring::KnobTable())
       rows += std::string(k.name) + "|" + types[static_cast<int>(k.type)] + "|" + k.default_value + "|" + k.doc + "\n";
   }

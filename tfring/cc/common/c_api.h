@@ -6,8 +6,7 @@ extern "C" {
 // Returns 0 on success; on failure writes a message into err (size err_len).
 int tfring_init(int64_t comm_f, char* err, int err_len);
 // sets: the ranks of every static process set back to back; set_sizes: how many ranks each has.
-int tfring_init_with_sets(int64_t comm_f, const int* sets, const int* set_sizes, int num_sets, char* err,
-                          int err_len);
+int tfring_init_with_sets(int64_t comm_f, const int* sets, const int* set_sizes, int num_sets, char* err, int err_len);
 // Process sets. Topology of set `id` (-1 fields for non-members); returns 0, or -1 if no such set.
 int tfring_process_set_topology(int id, int* size, int* rank, int* local_size, int* local_rank, int* included);
 // Writes up to `cap` (id, size) pairs into ids/sizes and their ranks back to back into ranks (cap_ranks);
@@ -32,7 +31,7 @@ int tfring_built(const char* what);
 int64_t tfring_fusion_threshold();
 double tfring_cycle_time_ms();  // "mpi", "nccl", "gloo", "cuda"
 const char* tfring_built_tf_version();
-const char* tfring_knob_table();       // "name|type|default|doc\n" rows
+const char* tfring_knob_table();  // "name|type|default|doc\n" rows
 // Rank 0 writes the timeline (other ranks: no-op). 0 on success, else writes the message into err.
 int tfring_start_timeline(const char* path, int mark_cycles, char* err, int err_len);
 void tfring_stop_timeline();

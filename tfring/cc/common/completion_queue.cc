@@ -68,11 +68,11 @@ void CompletionQueue::Run() {
     }
     std::string names;
     for (const auto& n : item.names) names += (names.empty() ? "" : ", ") + n;
-    const std::string why =
-        p == FAILED ? "tfring: GPU collective on [" + names + "] failed: " + error
-                    : "tfring: GPU collective on [" + names + "] did not finish within " +
-                          std::to_string(static_cast<int>(timeout_seconds_)) +
-                          " s (TFRING_GPU_TIMEOUT_SECONDS); a rank may have died or stopped submitting";
+    const std::string why = p == FAILED
+                                ? "tfring: GPU collective on [" + names + "] failed: " + error
+                                : "tfring: GPU collective on [" + names + "] did not finish within " +
+                                      std::to_string(static_cast<int>(timeout_seconds_)) +
+                                      " s (TFRING_GPU_TIMEOUT_SECONDS); a rank may have died or stopped submitting";
     std::deque<Item> rest;
     {
       // Broken first, so the backend refuses new work before the communicators go away.

@@ -22,7 +22,7 @@ class CompletionQueue {
   struct Item {
     std::vector<std::string> names;
     std::function<Probe(std::string* error)> probe;  // non-blocking
-    std::vector<TensorEntry> entries;                  // kept alive until the callbacks ran
+    std::vector<TensorEntry> entries;                // kept alive until the callbacks ran
   };
 
   // timeout_seconds <= 0: no deadline.

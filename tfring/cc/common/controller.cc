@@ -21,85 +21,108 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   out->stall_report.clear();
   out->tuned_fusion_threshold = -1;
   out->tuned_cycle_time_ms = -1;
-  std::vector<Request> uncached = std::move(resend_);
+  Cycle c;
+  c.stall_on = options_.stall.clock && options_.stall.warn_seconds + options_.stall.shutdown_seconds > 0;
+  c.now = c.stall_on ? options_.stall.clock() : 0;
+  c.uncached = std::move(resend_);
   resend_.clear();
-  std::set<uint32_t> invalid;
-  const bool stall_on = options_.stall.clock && options_.stall.warn_seconds + options_.stall.shutdown_seconds > 0;
-  const double now = stall_on ? options_.stall.clock() : 0;
-  if (stall_on) {
-    // A cache hit waiting long means some rank is missing: drop the entry everywhere and negotiate the name
-    // in full, where the coordinator's stall inspector sees it.
-    double limit = 1.0;
-    for (double t : {options_.stall.warn_seconds, options_.stall.shutdown_seconds})
-      if (t > 0 && t < limit) limit = t;
-    for (auto& kv : cached_pending_)
-      if (now - kv.second.second >= limit) invalid.insert(kv.first);
-  }
+  DemoteStaleHits(&c);
+  CollectRequests(&c);
+  EncodeBits(shutdown, &c);
+  TFR_RETURN_IF_ERROR(transport_.AllreduceBitAnd(&c.bits));
+  const bool any_joined = !(c.bits[0] & kNotJoined);
+  out->shutdown = !(c.bits[0] & kNotShutdown);
+  // A shutdown also goes through the coordinator, which names the rank that asked for it.
+  bool need_full = !(c.bits[0] & kNoUncached) || any_joined || out->shutdown;
+  need_full |= DropInvalidated(&c);
+  TakeReadyHits(any_joined, &c, out);
+  if (!need_full) return Status::OK();
+  ResponseList decided;
+  last_full_round_ = c.now;
+  TFR_RETURN_IF_ERROR(FullRound(std::move(c.uncached), shutdown, &decided));
+  MergeDecided(std::move(decided), out);
+  return Status::OK();
+}
+
+void Controller::DemoteStaleHits(Cycle* c) {
+  if (!c->stall_on) return;
+  // A cache hit waiting long means some rank is missing: drop the entry everywhere and negotiate the name
+  // in full, where the coordinator's stall inspector sees it.
+  double limit = 1.0;
+  for (double t : {options_.stall.warn_seconds, options_.stall.shutdown_seconds})
+    if (t > 0 && t < limit) limit = t;
+  for (auto& kv : cached_pending_)
+    if (c->now - kv.second.second >= limit) c->invalid.insert(kv.first);
+}
+
+void Controller::CollectRequests(Cycle* c) {
   for (Request& r : queue_.PopNewRequests()) {
     r.rank = transport_.rank();
     if (r.op == OpType::JOIN) joined_ = true;
     uint32_t pos = 0;
     auto found = cache_.enabled() ? cache_.Find(r, &pos) : ResponseCache::Lookup::MISS;
     if (found == ResponseCache::Lookup::HIT && !cached_pending_.count(pos)) {
-      cached_pending_[pos] = {r, now};
+      cached_pending_[pos] = {r, c->now};
       continue;
     }
-    if (found == ResponseCache::Lookup::INVALID) invalid.insert(pos);
-    uncached.push_back(std::move(r));
+    if (found == ResponseCache::Lookup::INVALID) c->invalid.insert(pos);
+    c->uncached.push_back(std::move(r));
   }
+}
 
+void Controller::EncodeBits(bool shutdown, Cycle* c) {
   // Layout: [flags][ready bits][valid bits]. AND semantics, so "any rank wants X" is sent as a cleared bit.
-  const uint32_t nbits = cache_.num_positions();
-  const size_t words = (nbits + 63) / 64;
-  std::vector<uint64_t> bits(1 + 2 * words, 0);
+  c->nbits = cache_.num_positions();
+  c->words = (c->nbits + 63) / 64;
+  std::vector<uint64_t>& bits = c->bits;
+  bits.assign(1 + 2 * c->words, 0);
   bits[0] = ~uint64_t(0);
   if (shutdown) bits[0] &= ~kNotShutdown;
   // Rank 0 also asks for a round while its coordinator holds waiting names, so stalls get inspected.
-  const bool inspect = stall_on && coordinator_ && coordinator_->pending() > 0 && now - last_full_round_ >= 0.5;
-  if (!uncached.empty() || inspect || has_proposal_) bits[0] &= ~kNoUncached;
+  const bool inspect = c->stall_on && coordinator_ && coordinator_->pending() > 0 && c->now - last_full_round_ >= 0.5;
+  if (!c->uncached.empty() || inspect || has_proposal_) bits[0] &= ~kNoUncached;
   if (joined_) bits[0] &= ~kNotJoined;
   for (const auto& kv : cached_pending_)
-    if (!invalid.count(kv.first)) bits[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
-  for (size_t w = 0; w < words; ++w) bits[1 + words + w] = ~uint64_t(0);
-  for (uint32_t pos : invalid) bits[1 + words + pos / 64] &= ~(uint64_t(1) << (pos % 64));
-  TFR_RETURN_IF_ERROR(transport_.AllreduceBitAnd(&bits));
+    if (!c->invalid.count(kv.first)) bits[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
+  for (size_t w = 0; w < c->words; ++w) bits[1 + c->words + w] = ~uint64_t(0);
+  for (uint32_t pos : c->invalid) bits[1 + c->words + pos / 64] &= ~(uint64_t(1) << (pos % 64));
+}
 
-  const bool any_shutdown = !(bits[0] & kNotShutdown);
-  const bool any_joined = !(bits[0] & kNotJoined);
-  // A shutdown also goes through the coordinator, which names the rank that asked for it.
-  bool need_full = !(bits[0] & kNoUncached) || any_joined || any_shutdown;
+bool Controller::DropInvalidated(Cycle* c) {
   // Parameters changed somewhere: every rank drops the entry and negotiates that name in full.
-  for (uint32_t pos = 0; pos < nbits; ++pos) {
-    if (bits[1 + words + pos / 64] & (uint64_t(1) << (pos % 64))) continue;
+  bool any = false;
+  for (uint32_t pos = 0; pos < c->nbits; ++pos) {
+    if (c->bits[1 + c->words + pos / 64] & (uint64_t(1) << (pos % 64))) continue;
     auto it = cached_pending_.find(pos);
     if (it != cached_pending_.end()) {
-      uncached.push_back(std::move(it->second.first));
+      c->uncached.push_back(std::move(it->second.first));
       cached_pending_.erase(it);
     }
     cache_.Erase(pos);
-    need_full = true;
+    any = true;
   }
+  return any;
+}
+
+void Controller::TakeReadyHits(bool any_joined, Cycle* c, ResponseList* out) {
   if (any_joined) {
     // Joined ranks hold no entries, so the bit vector cannot express readiness: negotiate everything.
-    for (auto& kv : cached_pending_) uncached.push_back(std::move(kv.second.first));
+    for (auto& kv : cached_pending_) c->uncached.push_back(std::move(kv.second.first));
     cached_pending_.clear();
-  } else {
-    for (uint32_t pos = 0; pos < nbits; ++pos) {
-      const uint64_t bit = uint64_t(1) << (pos % 64);
-      // An invalidated position was just erased and its requests re-sent in full: never execute it here too.
-      if (!(bits[1 + pos / 64] & bit) || !(bits[1 + words + pos / 64] & bit)) continue;
-      out->responses.push_back(cache_.Get(pos));
-      if (options_.timeline) options_.timeline->NegotiateEnd(out->responses.back().names[0], true);
-      cache_.Touch(pos);
-      cached_pending_.erase(pos);
-    }
+    return;
   }
-  out->shutdown = any_shutdown;
-  if (!need_full) return Status::OK();
+  for (uint32_t pos = 0; pos < c->nbits; ++pos) {
+    const uint64_t bit = uint64_t(1) << (pos % 64);
+    // An invalidated position was just erased and its requests re-sent in full: never execute it here too.
+    if (!(c->bits[1 + pos / 64] & bit) || !(c->bits[1 + c->words + pos / 64] & bit)) continue;
+    out->responses.push_back(cache_.Get(pos));
+    if (options_.timeline) options_.timeline->NegotiateEnd(out->responses.back().names[0], true);
+    cache_.Touch(pos);
+    cached_pending_.erase(pos);
+  }
+}
 
-  ResponseList decided;
-  last_full_round_ = now;
-  TFR_RETURN_IF_ERROR(FullRound(std::move(uncached), shutdown, &decided));
+void Controller::MergeDecided(ResponseList decided, ResponseList* out) {
   out->stall_report = decided.stall_report;
   if (!decided.stall_report.empty()) TFR_LOG(TFR_WARNING, decided.stall_report);
   CacheDecided(decided);
@@ -113,7 +136,6 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   out->shutdown_rank = decided.shutdown_rank;
   out->tuned_fusion_threshold = decided.tuned_fusion_threshold;
   out->tuned_cycle_time_ms = decided.tuned_cycle_time_ms;
-  return Status::OK();
 }
 
 Status Controller::FullRound(std::vector<Request> uncached, bool shutdown, ResponseList* decided) {

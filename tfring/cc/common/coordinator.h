@@ -8,22 +8,9 @@
 #include <vector>
 
 #include "message.h"
+#include "response_builder.h"
 
 namespace tfring {
-
-std::string RankListString(const std::vector<int>& ranks);  // "[0, 2]"
-
-// Which process set a coordinator serves: messages name the set and the ranks by their global number.
-struct SetLabel {
-  int id = 0;
-  std::vector<int> global_ranks;  // set rank -> global rank; empty: the same numbers
-  int Global(int set_rank) const { return global_ranks.empty() ? set_rank : global_ranks[set_rank]; }
-  std::string Where() const;      // "" for the global set, else " in process set 3 (ranks [0,2])"
-};
-
-// Builds the Response for one tensor from every rank's request (nullptr for a joined rank).
-Response BuildResponse(const std::string& name, const std::vector<const Request*>& requests, int joined,
-                       const SetLabel& set = SetLabel());
 
 // The stall inspector's settings; seconds <= 0 turns that part off. clock() returns seconds.
 struct StallOptions {
@@ -51,7 +38,7 @@ class Coordinator {
   int last_joined_ = -1;
   int shutdown_rank_ = -1;
   std::unordered_map<std::string, std::vector<Request>> table_;  // name -> requests received so far
-  std::vector<std::string> order_;                                // first-arrival order
+  std::vector<std::string> order_;                               // first-arrival order
   StallOptions stall_;
   Timeline* timeline_;
   SetLabel set_;

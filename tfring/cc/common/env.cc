@@ -1,51 +1,122 @@
 #include "env.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 
-
+#include "logging.h"
 
 namespace tfring {
 
+namespace {
+
+constexpr double kNoMax = std::numeric_limits<double>::max();
+
+Knob Int(const char* name, const char* def, double min, double max, int64_t Settings::* f, const char* doc) {
+  return {name, KnobType::INT, def, min, max, f, nullptr, nullptr, nullptr, doc};
+}
+Knob Double(const char* name, const char* def, double min, double max, double Settings::* f, const char* doc) {
+  return {name, KnobType::DOUBLE, def, min, max, nullptr, f, nullptr, nullptr, doc};
+}
+Knob Bool(const char* name, const char* def, bool Settings::* f, const char* doc) {
+  return {name, KnobType::BOOL, def, 0, 1, nullptr, nullptr, f, nullptr, doc};
+}
+Knob String(const char* name, const char* def, std::string Settings::* f, const char* doc) {
+  return {name, KnobType::STRING, def, 0, 0, nullptr, nullptr, nullptr, f, doc};
+}
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// Whole-string numeric parses: "8MB" or "" are errors, not 8 or 0.
+bool ParseInt(const std::string& s, int64_t* v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long n = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *v = n;
+  return true;
+}
+
+bool ParseDouble(const std::string& s, double* v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  double d = std::strtod(s.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(d)) return false;
+  *v = d;
+  return true;
+}
+
+bool ParseBool(const std::string& s, bool* v) {
+  const std::string l = Lower(s);
+  if (l == "1" || l == "true" || l == "yes" || l == "on") return *v = true, true;
+  if (l == "0" || l == "false" || l == "no" || l == "off" || l.empty()) return *v = false, true;
+  return false;
+}
+
+bool ParseLevel(const std::string& s, int64_t* v) {
+  static const char* names[] = {"trace", "debug", "info", "warning", "error"};
+  for (int i = 0; i < 5; ++i)
+    if (Lower(s) == names[i]) return *v = i, true;
+  return ParseInt(s, v);
+}
+
+}  // namespace
+
 const std::vector<Knob>& KnobTable() {
   static const std::vector<Knob> table = {
-      {"TFRING_FUSION_THRESHOLD", KnobType::INT, "8388608",
-       "Bytes of small allreduces packed into one fusion buffer per collective call (0 disables fusion)."},
-      {"TFRING_CYCLE_TIME", KnobType::DOUBLE, "1",
-       "Milliseconds between negotiation cycles while collectives wait for other ranks (a burst of collectives "
-       "shares cycles); a collective reaching an empty queue starts a cycle at once."},
-      {"TFRING_CACHE_CAPACITY", KnobType::INT, "1024",
-       "Responses kept for the steady-state bit-vector fast path (0 disables the cache)."},
-      {"TFRING_LOG_LEVEL", KnobType::STRING, "warning", "trace, debug, info, warning or error."},
-      {"TFRING_STALL_CHECK_TIME_SECONDS", KnobType::DOUBLE, "60",
-       "Seconds a tensor may wait for missing ranks before every rank logs which ranks and tensors stall."},
-      {"TFRING_STALL_SHUTDOWN_TIME_SECONDS", KnobType::DOUBLE, "1800",
-       "Seconds after which a stalled collective fails on every rank (tf.errors.DeadlineExceededError naming the "
-       "tensor, process set and missing ranks) instead of waiting forever; 0 waits forever. 30 min, as "
-       "torch.distributed's default timeout: longer than rank-0-only evaluation or checkpointing of large models."},
-      {"TFRING_STALL_CHECK_DISABLE", KnobType::BOOL, "0", "1 turns the stall inspector off."},
-      {"TFRING_TIMELINE", KnobType::STRING, "",
-       "Path of a Chrome-trace JSON timeline written by rank 0 (open it in Perfetto or chrome://tracing)."},
-      {"TFRING_TIMELINE_MARK_CYCLES", KnobType::BOOL, "0", "1 adds a mark for every background-thread cycle."},
-      {"TFRING_MPI_MAX_COUNT", KnobType::INT, "2147483647",
-       "Largest count per MPI call (MPI counts are int). Allreduce/broadcast are chunked to it; allgather, "
-       "alltoall and reducescatter beyond it fail clearly. Lowering it only serves to test those paths."},
-      {"TFRING_GPU_TIMEOUT_SECONDS", KnobType::DOUBLE, "600",
-       "NCCL builds: seconds one GPU collective may run before its communicator is aborted and the op fails "
-       "(0: no deadline)."},
-      {"TFRING_DYNAMIC_PROCESS_SETS", KnobType::BOOL, "0",
-       "1 allows add_process_set/remove_process_set after init() (every rank must set it alike)."},
-      {"TFRING_OUTPUT_CACHE_BYTES", KnobType::INT, "268435456",
-       "Idle bytes of freed collective outputs (>= 256 KiB each, CPU) kept mapped for reuse by later outputs of "
-       "the same size, so they do not page-fault on first touch (0 disables; read once per process)."},
-      {"TFRING_AUTOTUNE", KnobType::BOOL, "0",
-       "1: rank 0 tunes the fusion threshold and cycle time online from measured collective throughput and "
-       "ships each setting to all ranks; it ends with the best one."},
-      {"TFRING_AUTOTUNE_LOG", KnobType::STRING, "", "CSV file where rank 0 logs every autotune sample and decision."},
-      {"TFRING_AUTOTUNE_WARMUP_SAMPLES", KnobType::INT, "1", "Autotune samples discarded after each switch."},
-      {"TFRING_AUTOTUNE_SAMPLE_SECONDS", KnobType::DOUBLE, "1", "Seconds of collective activity per sample."},
-      {"TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", KnobType::INT, "3",
-       "Samples per candidate setting; its score is their median."},
+      Int("TFRING_FUSION_THRESHOLD", "8388608", 0, 1e15, &Settings::fusion_threshold_bytes,
+          "Bytes of small allreduces packed into one fusion buffer per collective call (0 disables fusion)."),
+      Double("TFRING_CYCLE_TIME", "1", 0, 1e6, &Settings::cycle_time_ms,
+             "Milliseconds between negotiation cycles while collectives wait for other ranks (a burst of "
+             "collectives shares cycles); a collective reaching an empty queue starts a cycle at once."),
+      Int("TFRING_CACHE_CAPACITY", "1024", 0, 1e9, &Settings::cache_capacity,
+          "Responses kept for the steady-state bit-vector fast path (0 disables the cache)."),
+      {"TFRING_LOG_LEVEL", KnobType::LEVEL, "warning", 0, 4, &Settings::log_level, nullptr, nullptr, nullptr,
+       "trace, debug, info, warning or error (or 0-4)."},
+      Double("TFRING_STALL_CHECK_TIME_SECONDS", "60", 0, kNoMax, &Settings::stall_check_seconds,
+             "Seconds a tensor may wait for missing ranks before every rank logs which ranks and tensors stall."),
+      Double("TFRING_STALL_SHUTDOWN_TIME_SECONDS", "1800", 0, kNoMax, &Settings::stall_shutdown_seconds,
+             "Seconds after which a stalled collective fails on every rank (tf.errors.DeadlineExceededError naming "
+             "the tensor, process set and missing ranks) instead of waiting forever; 0 waits forever. 30 min, as "
+             "torch.distributed's default timeout: longer than rank-0-only evaluation or checkpointing of large "
+             "models."),
+      Bool("TFRING_STALL_CHECK_DISABLE", "0", &Settings::stall_check_disable,
+           "1 turns the stall inspector off (no warnings, no shutdown deadline)."),
+      String("TFRING_TIMELINE", "", &Settings::timeline_path,
+             "Path of a Chrome-trace JSON timeline written by rank 0 (open it in Perfetto or chrome://tracing)."),
+      Bool("TFRING_TIMELINE_MARK_CYCLES", "0", &Settings::timeline_mark_cycles,
+           "1 adds a mark for every background-thread cycle."),
+      Int("TFRING_MPI_MAX_COUNT", "2147483647", 1, 2147483647, &Settings::mpi_max_count,
+          "Largest count per MPI call (MPI counts are int). Allreduce/broadcast are chunked to it; allgather, "
+          "alltoall and reducescatter beyond it fail clearly. Lowering it only serves to test those paths."),
+      Double("TFRING_GPU_TIMEOUT_SECONDS", "600", 0, kNoMax, &Settings::gpu_timeout_seconds,
+             "NCCL builds: seconds one GPU collective may run before its communicator is aborted and the op fails "
+             "(0: no deadline)."),
+      Bool("TFRING_DYNAMIC_PROCESS_SETS", "0", &Settings::dynamic_process_sets,
+           "1 allows add_process_set/remove_process_set after init() (every rank must set it alike)."),
+      Int("TFRING_OUTPUT_CACHE_BYTES", "268435456", 0, 1e15, &Settings::output_cache_bytes,
+          "Idle bytes of freed collective outputs (>= 256 KiB each, CPU) kept mapped for reuse by later outputs "
+          "of the same size, so they do not page-fault on first touch (0 disables; read once per process)."),
+      Bool("TFRING_AUTOTUNE", "0", &Settings::autotune,
+           "1: rank 0 tunes the fusion threshold and cycle time online from measured collective throughput and "
+           "ships each setting to all ranks; it ends with the best one."),
+      String("TFRING_AUTOTUNE_LOG", "", &Settings::autotune_log,
+             "CSV file where rank 0 logs every autotune sample and decision."),
+      Int("TFRING_AUTOTUNE_WARMUP_SAMPLES", "1", 0, 1e6, &Settings::autotune_warmup_samples,
+          "Autotune samples discarded after each switch."),
+      Double("TFRING_AUTOTUNE_SAMPLE_SECONDS", "1", 0.01, 1e6, &Settings::autotune_sample_seconds,
+             "Seconds of collective activity per sample."),
+      Int("TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", "3", 1, 1e6, &Settings::autotune_samples_per_candidate,
+          "Samples per candidate setting; its score is their median."),
   };
   return table;
 }
@@ -59,43 +130,61 @@ std::string KnobValue(const std::string& name) {
   return "";
 }
 
-static int ParseLogLevel(const std::string& v) {
-  static const char* names[] = {"trace", "debug", "info", "warning", "error"};
-  for (int i = 0; i < 5; ++i)
-    if (v == names[i]) return i;
-  char* end = nullptr;
-  long n = std::strtol(v.c_str(), &end, 10);
-  if (end && *end == '\0' && !v.empty()) return static_cast<int>(n);
-  return 3;
+std::string ParseKnob(const Knob& k, const std::string& raw, Settings* out) {
+  static const char* expected[] = {"an integer", "a number", "a boolean (1/0/true/false)", "", "a log level"};
+  std::string warning;
+  auto bad = [&] {
+    warning = std::string("ignoring ") + k.name + "=" + raw + " (expected " + expected[static_cast<int>(k.type)] +
+              "); using the default " + (*k.default_value ? k.default_value : "''");
+  };
+  auto clamp = [&](double v) {
+    double c = std::min(std::max(v, k.min), k.max);
+    if (c != v)
+      warning = std::string(k.name) + "=" + raw + " is outside [" + std::to_string(k.min) + ", " +
+                std::to_string(k.max) + "]; using " + std::to_string(c);
+    return c;
+  };
+  switch (k.type) {
+    case KnobType::INT:
+    case KnobType::LEVEL: {
+      int64_t v = 0;
+      auto parse = k.type == KnobType::INT ? ParseInt : ParseLevel;
+      if (!parse(raw, &v)) bad(), parse(k.default_value, &v);
+      out->*k.int_field = static_cast<int64_t>(clamp(static_cast<double>(v)));
+      break;
+    }
+    case KnobType::DOUBLE: {
+      double v = 0;
+      if (!ParseDouble(raw, &v)) bad(), ParseDouble(k.default_value, &v);
+      out->*k.double_field = clamp(v);
+      break;
+    }
+    case KnobType::BOOL: {
+      bool v = false;
+      if (!ParseBool(raw, &v)) bad(), ParseBool(k.default_value, &v);
+      out->*k.bool_field = v;
+      break;
+    }
+    case KnobType::STRING:
+      out->*k.string_field = raw;
+      break;
+  }
+  return warning;
 }
 
 Settings Settings::FromEnvironment() {
-  Settings s;
-  s.fusion_threshold_bytes = std::atoll(KnobValue("TFRING_FUSION_THRESHOLD").c_str());
-  s.cycle_time_ms = std::atof(KnobValue("TFRING_CYCLE_TIME").c_str());
-  s.cache_capacity = std::atoll(KnobValue("TFRING_CACHE_CAPACITY").c_str());
-  s.log_level = ParseLogLevel(KnobValue("TFRING_LOG_LEVEL"));
-  s.stall_check_seconds = std::atof(KnobValue("TFRING_STALL_CHECK_TIME_SECONDS").c_str());
-  s.stall_shutdown_seconds = std::atof(KnobValue("TFRING_STALL_SHUTDOWN_TIME_SECONDS").c_str());
-  s.timeline_path = KnobValue("TFRING_TIMELINE");
-  const std::string marks = KnobValue("TFRING_TIMELINE_MARK_CYCLES");
-  s.timeline_mark_cycles = marks == "1" || marks == "true" || marks == "True";
-  const std::string disable = KnobValue("TFRING_STALL_CHECK_DISABLE");
-  if (disable == "1" || disable == "true" || disable == "True") s.stall_check_seconds = s.stall_shutdown_seconds = 0;
-  s.mpi_max_count = std::atoll(KnobValue("TFRING_MPI_MAX_COUNT").c_str());
-  const std::string dyn = KnobValue("TFRING_DYNAMIC_PROCESS_SETS");
-  s.dynamic_process_sets = dyn == "1" || dyn == "true" || dyn == "True";
-  const std::string tune = KnobValue("TFRING_AUTOTUNE");
-  s.autotune = tune == "1" || tune == "true" || tune == "True";
-  s.autotune_log = KnobValue("TFRING_AUTOTUNE_LOG");
-  s.autotune_warmup_samples = std::max(0, std::atoi(KnobValue("TFRING_AUTOTUNE_WARMUP_SAMPLES").c_str()));
-  s.autotune_sample_seconds = std::max(0.01, std::atof(KnobValue("TFRING_AUTOTUNE_SAMPLE_SECONDS").c_str()));
-  s.autotune_samples_per_candidate = std::max(1, std::atoi(KnobValue("TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE").c_str()));
-  s.gpu_timeout_seconds = std::atof(KnobValue("TFRING_GPU_TIMEOUT_SECONDS").c_str());
-  if (s.mpi_max_count < 1 || s.mpi_max_count > 2147483647LL) s.mpi_max_count = 2147483647LL;
-  if (s.fusion_threshold_bytes < 0) s.fusion_threshold_bytes = 0;
-  if (s.cycle_time_ms < 0) s.cycle_time_ms = 0;
-  if (s.cache_capacity < 0) s.cache_capacity = 0;
+  Settings s{};
+  std::vector<std::string> warnings;
+  for (const auto& k : KnobTable()) {
+    std::string w = ParseKnob(k, KnobValue(k.name), &s);
+    if (!w.empty()) warnings.push_back(w);
+  }
+  if (s.stall_check_disable) s.stall_check_seconds = s.stall_shutdown_seconds = 0;
+  // Reported once per process, whichever of the runtime and the TF binding reads the table first.
+  static std::atomic<bool> reported{false};
+  if (!reported.exchange(true)) {
+    for (const auto& w : warnings) TFR_LOG(TFR_WARNING, w);
+  }
   return s;
 }
 

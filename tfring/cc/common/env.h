@@ -1,4 +1,6 @@
-// The knob table: every TFRING_* setting is one row (name, type, default, doc). HOROVOD_* names are aliases.
+// The knob table: every TFRING_* setting is one row (name, typed field, default, range, doc), NCCL_PARAM-style.
+// HOROVOD_* names are aliases. One parser per type reads every row; an unparsable value is reported (log
+// warning naming the variable and value) and the default used; an out-of-range value is clamped, also reported.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -6,39 +8,52 @@
 
 namespace tfring {
 
-enum class KnobType { INT, DOUBLE, BOOL, STRING };
-
-struct Knob {
-  const char* name;        // TFRING_ name; the HOROVOD_ alias swaps the prefix
-  KnobType type;
-  const char* default_value;
-  const char* doc;
-};
-
-const std::vector<Knob>& KnobTable();
+enum class KnobType { INT, DOUBLE, BOOL, STRING, LEVEL };
 
 // Settings read once at init from the environment, through the table.
 struct Settings {
   int64_t fusion_threshold_bytes;
   double cycle_time_ms;
   int64_t cache_capacity;
-  int log_level;  // 0 trace, 1 debug, 2 info, 3 warning, 4 error
+  int64_t log_level;              // 0 trace, 1 debug, 2 info, 3 warning, 4 error
   double stall_check_seconds;     // 0 = stall inspector off
   double stall_shutdown_seconds;  // 0 = warn only, never fail
-  std::string timeline_path;      // empty = no timeline
+  bool stall_check_disable;
+  std::string timeline_path;  // empty = no timeline
   bool timeline_mark_cycles;
-  int64_t mpi_max_count;          // elements per MPI call; larger collectives are chunked or refused
-  double gpu_timeout_seconds;     // deadline of one GPU collective (NCCL builds)
+  int64_t mpi_max_count;       // elements per MPI call; larger collectives are chunked or refused
+  double gpu_timeout_seconds;  // deadline of one GPU collective (NCCL builds)
+  bool dynamic_process_sets;   // add/remove process sets after init
+  int64_t output_cache_bytes;  // idle freed outputs kept mapped (TF binding)
   bool autotune;
   std::string autotune_log;
-  int autotune_warmup_samples;
+  int64_t autotune_warmup_samples;
   double autotune_sample_seconds;
-  int autotune_samples_per_candidate;
-  bool dynamic_process_sets;      // add/remove process sets after init
+  int64_t autotune_samples_per_candidate;
+  // Every row parsed; warnings (bad or clamped values) go through the log once per process.
   static Settings FromEnvironment();
 };
 
+struct Knob {
+  const char* name;  // TFRING_ name; the HOROVOD_ alias swaps the prefix
+  KnobType type;
+  const char* default_value;
+  double min, max;  // INT/DOUBLE/LEVEL: accepted range (clamped outside it)
+  // Exactly one is set, matching `type` (LEVEL uses int_field).
+  int64_t Settings::* int_field;
+  double Settings::* double_field;
+  bool Settings::* bool_field;
+  std::string Settings::* string_field;
+  const char* doc;
+};
+
+const std::vector<Knob>& KnobTable();
+
 // Raw lookup: TFRING_<suffix>, else HOROVOD_<suffix>, else the table default.
 std::string KnobValue(const std::string& tfring_name);
+
+// Parses `raw` as `knob`'s type into `out` (clamped to its range). Returns "" when it was used unchanged, else
+// the warning to report (the value was unparsable and the default was stored, or it was clamped).
+std::string ParseKnob(const Knob& knob, const std::string& raw, Settings* out);
 
 }  // namespace tfring

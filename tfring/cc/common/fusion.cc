@@ -6,8 +6,8 @@ namespace {
 bool Fusable(const Response& r) { return r.kind == Response::OK && r.op == OpType::ALLREDUCE; }
 
 bool Compatible(const Response& a, const Response& b) {
-  return a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
-         a.postscale == b.postscale && a.joined == b.joined &&
+  return a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.joined == b.joined &&
          a.devices == b.devices;  // never fuse host with device memory, or different device sets
 }
 

@@ -12,7 +12,10 @@ inline float HalfToFloat(uint16_t h) {
       bits = sign;
     } else {  // subnormal: normalize
       exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) { mant <<= 1; --exp; }
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        --exp;
+      }
       bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
     }
   } else if (exp == 0x1f) {
@@ -31,8 +34,8 @@ inline uint16_t FloatToHalf(float f) {  // round to nearest even
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
   if (absx >= 0x7f800000u) return sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0);  // inf / nan
-  if (absx >= 0x477ff000u) return sign | 0x7c00u;                                    // overflow -> inf
-  if (absx < 0x38800000u) {                                                          // subnormal or zero
+  if (absx >= 0x477ff000u) return sign | 0x7c00u;                                      // overflow -> inf
+  if (absx < 0x38800000u) {                                                            // subnormal or zero
     if (absx < 0x33000000u) return sign;
     uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
     uint32_t shift = 126 - e;  // 14 + (113 - e) - ... : brings m to half subnormal precision

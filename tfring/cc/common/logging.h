@@ -11,13 +11,13 @@ void EmitLog(int level, const std::string& msg);
 
 }  // namespace tfring
 
-#define TFR_LOG(level, stream_expr)                              \
-  do {                                                           \
-    if ((level) >= ::tfring::GetLogLevel()) {                    \
-      std::ostringstream _tfr_os;                                \
-      _tfr_os << stream_expr;                                    \
-      ::tfring::EmitLog((level), _tfr_os.str());                 \
-    }                                                            \
+#define TFR_LOG(level, stream_expr)              \
+  do {                                           \
+    if ((level) >= ::tfring::GetLogLevel()) {    \
+      std::ostringstream _tfr_os;                \
+      _tfr_os << stream_expr;                    \
+      ::tfring::EmitLog((level), _tfr_os.str()); \
+    }                                            \
   } while (0)
 
 #define TFR_TRACE 0

@@ -8,9 +8,16 @@ namespace {
 // Little fixed-width writer/reader; both ends are the same build so host byte order is fine.
 class Writer {
  public:
-  template <typename T> void Put(T v) { buf_.append(reinterpret_cast<const char*>(&v), sizeof(T)); }
-  void PutString(const std::string& s) { Put<uint32_t>(s.size()); buf_ += s; }
-  template <typename T> void PutInts(const std::vector<T>& v) {
+  template <typename T>
+  void Put(T v) {
+    buf_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void PutString(const std::string& s) {
+    Put<uint32_t>(s.size());
+    buf_ += s;
+  }
+  template <typename T>
+  void PutInts(const std::vector<T>& v) {
     Put<uint32_t>(v.size());
     buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
@@ -23,7 +30,8 @@ class Writer {
 class Reader {
  public:
   explicit Reader(const std::string& b) : b_(b) {}
-  template <typename T> bool Get(T* v) {
+  template <typename T>
+  bool Get(T* v) {
     if (pos_ + sizeof(T) > b_.size()) return false;
     std::memcpy(v, b_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
@@ -36,7 +44,8 @@ class Reader {
     pos_ += n;
     return true;
   }
-  template <typename T> bool GetInts(std::vector<T>* v) {
+  template <typename T>
+  bool GetInts(std::vector<T>* v) {
     uint32_t n;
     if (!Get(&n) || pos_ + static_cast<size_t>(n) * sizeof(T) > b_.size()) return false;
     v->resize(n);
@@ -62,8 +71,12 @@ std::string Encode(const RequestList& list) {
   for (const auto& r : list.requests) {
     w.Put(r.rank);
     w.PutString(r.name);
-    w.Put(r.op); w.Put(r.dtype); w.Put(r.reduce_op);
-    w.Put(r.root_rank); w.Put(r.prescale); w.Put(r.postscale);
+    w.Put(r.op);
+    w.Put(r.dtype);
+    w.Put(r.reduce_op);
+    w.Put(r.root_rank);
+    w.Put(r.prescale);
+    w.Put(r.postscale);
     w.PutInts(r.shape);
     w.PutInts(r.splits);
     w.Put(r.device);
@@ -73,14 +86,15 @@ std::string Encode(const RequestList& list) {
 
 Status Decode(const std::string& bytes, RequestList* list) {
   Reader rd(bytes);
-  uint8_t shutdown; uint32_t n;
+  uint8_t shutdown;
+  uint32_t n;
   if (!rd.Get(&shutdown) || !rd.Get(&n)) return Corrupt("request");
   list->shutdown = shutdown;
   list->requests.resize(n);
   for (auto& r : list->requests) {
-    if (!rd.Get(&r.rank) || !rd.GetString(&r.name) || !rd.Get(&r.op) || !rd.Get(&r.dtype) ||
-        !rd.Get(&r.reduce_op) || !rd.Get(&r.root_rank) || !rd.Get(&r.prescale) || !rd.Get(&r.postscale) ||
-        !rd.GetInts(&r.shape) || !rd.GetInts(&r.splits) || !rd.Get(&r.device))
+    if (!rd.Get(&r.rank) || !rd.GetString(&r.name) || !rd.Get(&r.op) || !rd.Get(&r.dtype) || !rd.Get(&r.reduce_op) ||
+        !rd.Get(&r.root_rank) || !rd.Get(&r.prescale) || !rd.Get(&r.postscale) || !rd.GetInts(&r.shape) ||
+        !rd.GetInts(&r.splits) || !rd.Get(&r.device))
       return Corrupt("request");
   }
   return rd.Done() ? Status::OK() : Corrupt("request");
@@ -96,13 +110,19 @@ std::string Encode(const ResponseList& list) {
   w.Put(list.tuned_cycle_time_ms);
   w.Put<uint32_t>(list.responses.size());
   for (const auto& r : list.responses) {
-    w.Put(r.kind); w.Put(r.op);
+    w.Put(r.kind);
+    w.Put(r.op);
     w.Put<uint32_t>(r.names.size());
     for (const auto& n : r.names) w.PutString(n);
-    w.Put(r.dtype); w.Put(r.reduce_op); w.Put(r.root_rank);
-    w.Put(r.prescale); w.Put(r.postscale);
-    w.PutInts(r.sizes); w.PutInts(r.shape);
-    w.Put(r.joined); w.Put(r.last_joined_rank);
+    w.Put(r.dtype);
+    w.Put(r.reduce_op);
+    w.Put(r.root_rank);
+    w.Put(r.prescale);
+    w.Put(r.postscale);
+    w.PutInts(r.sizes);
+    w.PutInts(r.shape);
+    w.Put(r.joined);
+    w.Put(r.last_joined_rank);
     w.PutInts(r.devices);
     w.PutString(r.error);
     w.Put(r.error_code);
@@ -112,10 +132,11 @@ std::string Encode(const ResponseList& list) {
 
 Status Decode(const std::string& bytes, ResponseList* list) {
   Reader rd(bytes);
-  uint8_t shutdown, cacheable; uint32_t n;
+  uint8_t shutdown, cacheable;
+  uint32_t n;
   if (!rd.Get(&shutdown) || !rd.Get(&cacheable) || !rd.GetString(&list->stall_report) ||
-      !rd.Get(&list->shutdown_rank) || !rd.Get(&list->tuned_fusion_threshold) ||
-      !rd.Get(&list->tuned_cycle_time_ms) || !rd.Get(&n))
+      !rd.Get(&list->shutdown_rank) || !rd.Get(&list->tuned_fusion_threshold) || !rd.Get(&list->tuned_cycle_time_ms) ||
+      !rd.Get(&n))
     return Corrupt("response");
   list->shutdown = shutdown;
   list->cacheable = cacheable;
@@ -128,8 +149,7 @@ Status Decode(const std::string& bytes, ResponseList* list) {
       if (!rd.GetString(&s)) return Corrupt("response");
     if (!rd.Get(&r.dtype) || !rd.Get(&r.reduce_op) || !rd.Get(&r.root_rank) || !rd.Get(&r.prescale) ||
         !rd.Get(&r.postscale) || !rd.GetInts(&r.sizes) || !rd.GetInts(&r.shape) || !rd.Get(&r.joined) ||
-        !rd.Get(&r.last_joined_rank) || !rd.GetInts(&r.devices) || !rd.GetString(&r.error) ||
-        !rd.Get(&r.error_code))
+        !rd.Get(&r.last_joined_rank) || !rd.GetInts(&r.devices) || !rd.GetString(&r.error) || !rd.Get(&r.error_code))
       return Corrupt("response");
   }
   return rd.Done() ? Status::OK() : Corrupt("response");
@@ -137,8 +157,8 @@ Status Decode(const std::string& bytes, ResponseList* list) {
 
 bool SameParameters(const Request& a, const Request& b) {
   return a.name == b.name && a.op == b.op && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
-         a.root_rank == b.root_rank && a.prescale == b.prescale && a.postscale == b.postscale &&
-         a.shape == b.shape && a.splits == b.splits && a.device == b.device;
+         a.root_rank == b.root_rank && a.prescale == b.prescale && a.postscale == b.postscale && a.shape == b.shape &&
+         a.splits == b.splits && a.device == b.device;
 }
 
 }  // namespace tfring

@@ -43,8 +43,8 @@ struct Response {
   // allgather: first dimension of every rank; alltoall: size x size split matrix (row = sender);
   // reducescatter: element count of the whole input.
   std::vector<int64_t> sizes;
-  Shape shape;                 // the common shape (allreduce, broadcast, reducescatter) or trailing dims
-  int32_t joined = 0;          // ranks that had joined when this was decided (they contribute zeros)
+  Shape shape;         // the common shape (allreduce, broadcast, reducescatter) or trailing dims
+  int32_t joined = 0;  // ranks that had joined when this was decided (they contribute zeros)
   int32_t last_joined_rank = -1;
   std::vector<int32_t> devices;  // empty: a CPU collective; else every rank's GPU (keys the NCCL communicator)
   std::string error;
@@ -56,8 +56,8 @@ struct Response {
 struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
-  bool cacheable = true;  // false while any rank is joined: joined ranks hold no request to cache
-  std::string stall_report;  // the stall inspector's warning, logged by every rank
+  bool cacheable = true;       // false while any rank is joined: joined ranks hold no request to cache
+  std::string stall_report;    // the stall inspector's warning, logged by every rank
   int32_t shutdown_rank = -1;  // lowest rank that asked to shut down
   // Autotune: a new fusion threshold / cycle time decided by rank 0, applied by every rank from this cycle on
   // (-1: unchanged). Shipped here so all ranks switch at the same cycle and fuse identically.

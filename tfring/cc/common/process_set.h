@@ -17,13 +17,13 @@ namespace tfring {
 
 struct ProcessSet {
   int id = 0;
-  std::vector<int> ranks;                // global ranks, ascending
-  Backend* backend = nullptr;            // null on ranks outside the set
-  std::unique_ptr<Backend> owned;        // the subset's backend (the global set's belongs to the runtime)
-  std::unique_ptr<TensorQueue> queue;    // members only
+  std::vector<int> ranks;              // global ranks, ascending
+  Backend* backend = nullptr;          // null on ranks outside the set
+  std::unique_ptr<Backend> owned;      // the subset's backend (the global set's belongs to the runtime)
+  std::unique_ptr<TensorQueue> queue;  // members only
   std::unique_ptr<Controller> controller;
-  Topology topology;                     // members: within the set; kept so queries never touch the backend
-  bool failed = false;                   // its negotiation failed: no more cycles (background thread only)
+  Topology topology;    // members: within the set; kept so queries never touch the backend
+  bool failed = false;  // its negotiation failed: no more cycles (background thread only)
   bool included() const { return controller != nullptr; }
   int rank_in_set(int global_rank) const;  // -1 if not a member
   SetLabel label() const;

@@ -25,9 +25,7 @@ int64_t PayloadBytes(const Response& r) {
 
 constexpr std::chrono::microseconds kIdleWait(100000);
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -40,7 +38,7 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
   if (running_) return Status::OK();
   settings_ = Settings::FromEnvironment();
-  SetLogLevel(settings_.log_level);
+  SetLogLevel(static_cast<int>(settings_.log_level));
   std::unique_ptr<Backend> backend;
   TFR_RETURN_IF_ERROR(CreateMpiBackend(comm_f, settings_.mpi_max_count, &backend));
   backend_ = std::move(backend);
@@ -62,9 +60,9 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
   sets_.Clear();
   TFR_RETURN_IF_ERROR(CreateSet(0, everyone));
   // Rank 0 alone may fail to open the timeline: every rank learns it (no rank left waiting in a collective).
-  Status timeline = settings_.timeline_path.empty() ? Status::OK()
-                                                    : StartTimeline(settings_.timeline_path,
-                                                                    settings_.timeline_mark_cycles);
+  Status timeline = settings_.timeline_path.empty()
+                        ? Status::OK()
+                        : StartTimeline(settings_.timeline_path, settings_.timeline_mark_cycles);
   TFR_RETURN_IF_ERROR(AllAgree(timeline, "open the timeline file"));
   TFR_RETURN_IF_ERROR(CreateStaticSets(static_sets));
   fusion_threshold_ = settings_.fusion_threshold_bytes;
@@ -77,9 +75,9 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
   if (settings_.autotune && topology_.rank == 0) {
     AutotuneOptions tune;
     tune.log_path = settings_.autotune_log;
-    tune.warmup_samples = settings_.autotune_warmup_samples;
+    tune.warmup_samples = static_cast<int>(settings_.autotune_warmup_samples);
     tune.sample_seconds = settings_.autotune_sample_seconds;
-    tune.samples_per_candidate = settings_.autotune_samples_per_candidate;
+    tune.samples_per_candidate = static_cast<int>(settings_.autotune_samples_per_candidate);
     autotuner_.reset(new Autotuner({fusion_threshold_, cycle_time_ms_}, tune));
   }
   shutdown_requested_ = false;
@@ -156,11 +154,14 @@ void Runtime::Enqueue(std::vector<TensorEntry> entries, int process_set_id) {
     }
     if (e.request.device < 0) continue;
     if (!gpu_backend_)
-      s = Status::PreconditionError("tfring: tensor '" + e.request.name + "' is on a GPU but this tfring build has "
+      s = Status::PreconditionError("tfring: tensor '" + e.request.name +
+                                    "' is on a GPU but this tfring build has "
                                     "no GPU support (rebuild with TFRING_GPU_OPERATIONS=NCCL)");
     else if (process_set_id != 0)
-      s = Status::InvalidArgument("tfring: tensor '" + e.request.name + "' is on a GPU: GPU collectives run on the "
-                                  "global process set only (process_set_id=" + std::to_string(process_set_id) + ")");
+      s = Status::InvalidArgument("tfring: tensor '" + e.request.name +
+                                  "' is on a GPU: GPU collectives run on the "
+                                  "global process set only (process_set_id=" +
+                                  std::to_string(process_set_id) + ")");
     else
       s = gpu_backend_->RecordReady(&e);
   }
@@ -185,7 +186,6 @@ void Runtime::FailAll(const Status& status) {
     if (set->queue)
       for (auto& e : set->queue->Close(status)) e.callback(status);
 }
-
 
 void Runtime::Loop() {
   auto last_cycle = std::chrono::steady_clock::now();
@@ -244,8 +244,7 @@ bool Runtime::Cycle(ProcessSet& set, bool shutdown, ResponseList* list) {
   if (list->tuned_fusion_threshold >= 0) {  // rank 0's settings (at start, or autotune): all switch this cycle
     fusion_threshold_ = list->tuned_fusion_threshold;
     cycle_time_ms_ = list->tuned_cycle_time_ms;
-    TFR_LOG(TFR_DEBUG, "settings from rank 0: fusion " << fusion_threshold_ << " B, cycle " << cycle_time_ms_
-                                                      << " ms");
+    TFR_LOG(TFR_DEBUG, "settings from rank 0: fusion " << fusion_threshold_ << " B, cycle " << cycle_time_ms_ << " ms");
   }
   int64_t bytes = 0;
   for (const Response& r : PlanFusion(std::move(list->responses), fusion_threshold_)) {

@@ -73,8 +73,8 @@ class Runtime {
   Topology topology_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GpuBackend> gpu_backend_;  // NCCL builds only; touches no GPU until a GPU tensor arrives
-  std::shared_ptr<WorkSignal> signal_;  // every set's queue wakes the one background thread
-  ProcessSetTable sets_;                 // set 0 = every rank
+  std::shared_ptr<WorkSignal> signal_;       // every set's queue wakes the one background thread
+  ProcessSetTable sets_;                     // set 0 = every rank
   ControllerOptions controller_options_;
   std::thread thread_;
   Timeline timeline_;

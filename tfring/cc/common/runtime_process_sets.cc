@@ -46,8 +46,8 @@ Status Runtime::CreateStaticSets(const std::vector<std::vector<int>>& static_set
   std::string verdict;
   for (size_t r = 1; r < all.size(); ++r)
     if (all[r] != all[0]) {
-      verdict = "tfring.init: ranks passed different process_sets: rank 0: " + all[0] + " rank " +
-                std::to_string(r) + ": " + all[r] + "; every rank must pass the same list";
+      verdict = "tfring.init: ranks passed different process_sets: rank 0: " + all[0] + " rank " + std::to_string(r) +
+                ": " + all[r] + "; every rank must pass the same list";
       break;
     }
   TFR_RETURN_IF_ERROR(t.BroadcastFromRoot(&verdict));
@@ -63,8 +63,7 @@ Status Runtime::AllAgree(const Status& local, const std::string& what) {
   std::vector<uint64_t> ok(1, local.ok() ? ~uint64_t(0) : ~uint64_t(1));
   TFR_RETURN_IF_ERROR(backend_->transport().AllreduceBitAnd(&ok));
   if (!local.ok()) return local;
-  if (!(ok[0] & 1))
-    return Status::Unknown("tfring: another rank failed to " + what + " (its own error says why)");
+  if (!(ok[0] & 1)) return Status::Unknown("tfring: another rank failed to " + what + " (its own error says why)");
   return Status::OK();
 }
 
@@ -78,9 +77,9 @@ Status Runtime::CheckMember(int process_set_id, const ProcessSet* set) const {
     return Status::InvalidArgument("tfring: process_set_id=" + std::to_string(process_set_id) +
                                    " is not a registered process set");
   if (!set->included())
-    return Status::InvalidArgument("tfring: this rank (" + std::to_string(topology_.rank) +
-                                   ") is not in process set " + std::to_string(process_set_id) + " (ranks " +
-                                   RankListString(set->ranks) + "); only its members can run its collectives");
+    return Status::InvalidArgument("tfring: this rank (" + std::to_string(topology_.rank) + ") is not in process set " +
+                                   std::to_string(process_set_id) + " (ranks " + RankListString(set->ranks) +
+                                   "); only its members can run its collectives");
   return Status::OK();
 }
 
@@ -107,9 +106,10 @@ std::vector<std::pair<int, std::vector<int>>> Runtime::ProcessSets() const {
 
 Status Runtime::ChangeProcessSet(const std::vector<int>& ranks, int remove_id, int* id) {
   if (!settings_.dynamic_process_sets)
-    return Status::PreconditionError("tfring: adding or removing process sets after init() needs "
-                                     "TFRING_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1) on every "
-                                     "rank; or pass them to init(process_sets=[...])");
+    return Status::PreconditionError(
+        "tfring: adding or removing process sets after init() needs "
+        "TFRING_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1) on every "
+        "rank; or pass them to init(process_sets=[...])");
   auto done = std::make_shared<std::promise<Status>>();
   std::future<Status> result = done->get_future();
   auto out = std::make_shared<int32_t>(-1);

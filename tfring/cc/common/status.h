@@ -5,7 +5,7 @@
 
 namespace tfring {
 
-enum class StatusCode { OK = 0, INVALID_ARGUMENT, PRECONDITION_ERROR, ABORTED, UNKNOWN, IN_PROGRESS, DEADLINE_EXCEEDED };
+enum class StatusCode { OK = 0, INVALID_ARGUMENT, PRECONDITION_ERROR, ABORTED, UNKNOWN, DEADLINE_EXCEEDED };
 
 class Status {
  public:
@@ -28,8 +28,8 @@ class Status {
 
 }  // namespace tfring
 
-#define TFR_RETURN_IF_ERROR(expr)          \
-  do {                                     \
-    ::tfring::Status _tfr_s = (expr);      \
-    if (!_tfr_s.ok()) return _tfr_s;       \
+#define TFR_RETURN_IF_ERROR(expr)     \
+  do {                                \
+    ::tfring::Status _tfr_s = (expr); \
+    if (!_tfr_s.ok()) return _tfr_s;  \
   } while (0)

@@ -30,13 +30,13 @@ class OpContext {
 using StatusCallback = std::function<void(const Status&)>;
 
 struct TensorEntry {
-  Request request;                  // what this rank asks for (name, op, dtype, shape, ...)
-  std::shared_ptr<Tensor> input;    // may be null (join, barrier)
-  std::shared_ptr<Tensor> output;   // preallocated when the shape is known locally, else set at execution
+  Request request;                 // what this rank asks for (name, op, dtype, shape, ...)
+  std::shared_ptr<Tensor> input;   // may be null (join, barrier)
+  std::shared_ptr<Tensor> output;  // preallocated when the shape is known locally, else set at execution
   std::shared_ptr<OpContext> context;
-  int output_index = 0;             // which output of the op (grouped ops own several)
-  int extra_output_index = -1;      // alltoall's received_splits output
-  int32_t* join_result = nullptr;   // join: where to write the last rank to join
+  int output_index = 0;            // which output of the op (grouped ops own several)
+  int extra_output_index = -1;     // alltoall's received_splits output
+  int32_t* join_result = nullptr;  // join: where to write the last rank to join
   StatusCallback callback;
   // GPU tensors (request.device >= 0): the framework's stream that produces the input, and the event the
   // GPU backend records on it at enqueue (its own stream waits on that event, never the host).

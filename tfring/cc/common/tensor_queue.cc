@@ -27,7 +27,8 @@ Status TensorQueue::Add(std::vector<TensorEntry>& entries) {
       if (entries_.count(name) || dup_in_batch)
         return Status::InvalidArgument("tfring: a collective named '" + name +
                                        "' is already in flight on this rank; give concurrent collectives "
-                                       "distinct names (argument name='" + name + "')");
+                                       "distinct names (argument name='" +
+                                       name + "')");
     }
     for (auto& e : entries) {
       new_requests_.push_back(e.request);

@@ -1,8 +1,8 @@
 // Entries submitted by framework threads, waiting for negotiation and execution. Guarded by one mutex;
 // the background thread drains new requests and takes entries by name once a Response names them.
 #pragma once
-#include <condition_variable>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -37,7 +37,7 @@ class TensorQueue {
   std::vector<Request> PopNewRequests();
   bool Take(const std::string& name, TensorEntry* out);
   const Request* Find(const std::string& name);  // only from the background thread
-  bool HasEntries();  // outstanding entries (submitted, not yet taken)
+  bool HasEntries();                             // outstanding entries (submitted, not yet taken)
   // Remove every entry (shutdown); the caller fails them.
   std::vector<TensorEntry> DrainAll();
   // DrainAll, and refuse later Adds with `why` (a removed process set).

@@ -59,17 +59,17 @@ void Timeline::NegotiateStart(const std::string& tensor, const char* op) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   const int tid = TrackLocked(tensor);
-  WriteLocked("{\"name\":\"NEGOTIATE_" + std::string(op) + "\",\"ph\":\"B\",\"pid\":0,\"tid\":" +
-              std::to_string(tid) + ",\"ts\":" + std::to_string(Now()) + "}");
+  WriteLocked("{\"name\":\"NEGOTIATE_" + std::string(op) + "\",\"ph\":\"B\",\"pid\":0,\"tid\":" + std::to_string(tid) +
+              ",\"ts\":" + std::to_string(Now()) + "}");
 }
 
 void Timeline::RankReady(const std::string& tensor, int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_) return;
   const int tid = TrackLocked(tensor);
-  WriteLocked("{\"name\":\"READY rank " + std::to_string(rank) + "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":0,\"tid\":" +
-              std::to_string(tid) + ",\"ts\":" + std::to_string(Now()) + ",\"args\":{\"rank\":" +
-              std::to_string(rank) + "}}");
+  WriteLocked("{\"name\":\"READY rank " + std::to_string(rank) +
+              "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":0,\"tid\":" + std::to_string(tid) +
+              ",\"ts\":" + std::to_string(Now()) + ",\"args\":{\"rank\":" + std::to_string(rank) + "}}");
 }
 
 void Timeline::NegotiateEnd(const std::string& tensor, bool cached) {
@@ -94,15 +94,15 @@ void Timeline::ActivityEnd(const std::vector<std::string>& tensors) {
   if (!file_) return;
   const int64_t ts = Now();
   for (const auto& t : tensors)
-    WriteLocked("{\"ph\":\"E\",\"pid\":0,\"tid\":" + std::to_string(TrackLocked(t)) + ",\"ts\":" +
-                std::to_string(ts) + "}");
+    WriteLocked("{\"ph\":\"E\",\"pid\":0,\"tid\":" + std::to_string(TrackLocked(t)) + ",\"ts\":" + std::to_string(ts) +
+                "}");
 }
 
 void Timeline::Cycle() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!file_ || !mark_cycles_) return;
-  WriteLocked("{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":" +
-              std::to_string(Now()) + "}");
+  WriteLocked("{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":" + std::to_string(Now()) +
+              "}");
 }
 
 }  // namespace tfring

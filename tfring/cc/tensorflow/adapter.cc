@@ -1,7 +1,7 @@
 #include "adapter.h"
 
-#include "output_cache.h"
 #include "../common/logging.h"
+#include "output_cache.h"
 
 #ifdef TFRING_HAVE_NCCL
 #include "xla/stream_executor/stream.h"
@@ -36,7 +36,8 @@ Status TFOpContext::AllocateOutput(int index, const Shape& shape, std::shared_pt
   return Status::OK();
 }
 
-tfw::Status AllocateOutputTensor(tfw::OpKernelContext* ctx, int index, const tfw::TensorShape& shape, tfw::Tensor** out) {
+tfw::Status AllocateOutputTensor(tfw::OpKernelContext* ctx, int index, const tfw::TensorShape& shape,
+                                 tfw::Tensor** out) {
   OutputCache* cache = OutputCache::Get();
   const tfw::DataType dtype = ctx->expected_output_dtype(index);
   const int64_t bytes = shape.num_elements() * tfw::DataTypeSize(dtype);
@@ -54,29 +55,58 @@ tfw::Status AllocateOutputTensor(tfw::OpKernelContext* ctx, int index, const tfw
 
 tfw::Status ToTF(const Status& s) {
   switch (s.code()) {
-    case StatusCode::OK: return tfw::OkStatus();
-    case StatusCode::INVALID_ARGUMENT: return tfw::errors::InvalidArgument(s.message());
-    case StatusCode::PRECONDITION_ERROR: return tfw::errors::FailedPrecondition(s.message());
-    case StatusCode::ABORTED: return tfw::errors::Aborted(s.message());
-    case StatusCode::DEADLINE_EXCEEDED: return tfw::errors::DeadlineExceeded(s.message());
-    default: return tfw::errors::Unknown(s.message());
+    case StatusCode::OK:
+      return tfw::OkStatus();
+    case StatusCode::INVALID_ARGUMENT:
+      return tfw::errors::InvalidArgument(s.message());
+    case StatusCode::PRECONDITION_ERROR:
+      return tfw::errors::FailedPrecondition(s.message());
+    case StatusCode::ABORTED:
+      return tfw::errors::Aborted(s.message());
+    case StatusCode::DEADLINE_EXCEEDED:
+      return tfw::errors::DeadlineExceeded(s.message());
+    default:
+      return tfw::errors::Unknown(s.message());
   }
 }
 
 bool FromTF(tfw::DataType in, DataType* out) {
   switch (in) {
-    case tfw::DT_UINT8: *out = DataType::UINT8; return true;
-    case tfw::DT_INT8: *out = DataType::INT8; return true;
-    case tfw::DT_UINT16: *out = DataType::UINT16; return true;
-    case tfw::DT_INT16: *out = DataType::INT16; return true;
-    case tfw::DT_INT32: *out = DataType::INT32; return true;
-    case tfw::DT_INT64: *out = DataType::INT64; return true;
-    case tfw::DT_HALF: *out = DataType::FLOAT16; return true;
-    case tfw::DT_BFLOAT16: *out = DataType::BFLOAT16; return true;
-    case tfw::DT_FLOAT: *out = DataType::FLOAT32; return true;
-    case tfw::DT_DOUBLE: *out = DataType::FLOAT64; return true;
-    case tfw::DT_BOOL: *out = DataType::BOOL; return true;
-    default: return false;
+    case tfw::DT_UINT8:
+      *out = DataType::UINT8;
+      return true;
+    case tfw::DT_INT8:
+      *out = DataType::INT8;
+      return true;
+    case tfw::DT_UINT16:
+      *out = DataType::UINT16;
+      return true;
+    case tfw::DT_INT16:
+      *out = DataType::INT16;
+      return true;
+    case tfw::DT_INT32:
+      *out = DataType::INT32;
+      return true;
+    case tfw::DT_INT64:
+      *out = DataType::INT64;
+      return true;
+    case tfw::DT_HALF:
+      *out = DataType::FLOAT16;
+      return true;
+    case tfw::DT_BFLOAT16:
+      *out = DataType::BFLOAT16;
+      return true;
+    case tfw::DT_FLOAT:
+      *out = DataType::FLOAT32;
+      return true;
+    case tfw::DT_DOUBLE:
+      *out = DataType::FLOAT64;
+      return true;
+    case tfw::DT_BOOL:
+      *out = DataType::BOOL;
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "../common/runtime.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "../common/runtime.h"
 
 namespace tfring {
 namespace tf {
@@ -36,7 +36,8 @@ class TFOpContext : public OpContext {
 };
 
 // Output `index` of the op: large CPU outputs come from the warm OutputCache, the rest from TF's allocator.
-tfw::Status AllocateOutputTensor(tfw::OpKernelContext* ctx, int index, const tfw::TensorShape& shape, tfw::Tensor** out);
+tfw::Status AllocateOutputTensor(tfw::OpKernelContext* ctx, int index, const tfw::TensorShape& shape,
+                                 tfw::Tensor** out);
 
 tfw::Status ToTF(const Status& s);
 bool FromTF(tfw::DataType in, DataType* out);

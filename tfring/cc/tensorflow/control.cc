@@ -55,9 +55,9 @@ class TopologyOp : public tfw::OpKernel {
     if (!s.ok()) return ctx->SetStatus(ToTF(s));
     Topology t;
     bool included = false;
-    OP_REQUIRES(ctx, Runtime::Get().SetTopology(process_set_id_, &t, &included),
-                tfw::errors::InvalidArgument("tfring: process_set_id=", process_set_id_,
-                                             " is not a registered process set"));
+    OP_REQUIRES(
+        ctx, Runtime::Get().SetTopology(process_set_id_, &t, &included),
+        tfw::errors::InvalidArgument("tfring: process_set_id=", process_set_id_, " is not a registered process set"));
     tfw::Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tfw::TensorShape({}), &out));
     out->scalar<int32_t>()() = Field(t, included);

@@ -158,11 +158,11 @@ REGISTER_OP("HorovodBarrier")
     .SetIsStateful()
     .SetShapeFn(tfw::shape_inference::NoOutputs);
 
-#define TFR_SCALAR_OP(name)                            \
-  REGISTER_OP(name)                                    \
-      .Attr("process_set_id: int = 0")                 \
-      .Output("output: int32")                         \
-      .SetIsStateful()                                 \
+#define TFR_SCALAR_OP(name)            \
+  REGISTER_OP(name)                    \
+      .Attr("process_set_id: int = 0") \
+      .Output("output: int32")         \
+      .SetIsStateful()                 \
       .SetShapeFn(tfw::shape_inference::ScalarShape)
 
 TFR_SCALAR_OP("HorovodSize");

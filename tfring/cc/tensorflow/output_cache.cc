@@ -11,8 +11,7 @@ namespace tf {
 
 OutputCache* OutputCache::Get() {
   static OutputCache* cache = [] {
-    long long cap = std::atoll(KnobValue("TFRING_OUTPUT_CACHE_BYTES").c_str());
-    return new OutputCache(cap > 0 ? static_cast<size_t>(cap) : 0);
+    return new OutputCache(static_cast<size_t>(Settings::FromEnvironment().output_cache_bytes));
   }();
   return cache;
 }

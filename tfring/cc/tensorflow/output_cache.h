@@ -47,8 +47,8 @@ class OutputCache : public ::tensorflow::Allocator {
 
   const size_t capacity_;
   std::mutex mu_;
-  std::unordered_map<void*, size_t> live_;        // block -> its size
-  IdleList idle_;                                 // LRU order of idle blocks
+  std::unordered_map<void*, size_t> live_;  // block -> its size
+  IdleList idle_;                           // LRU order of idle blocks
   std::multimap<size_t, IdleList::iterator> by_size_;
   Stats stats_;
 };

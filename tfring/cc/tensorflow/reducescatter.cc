@@ -1,54 +1,20 @@
-// HorovodReducescatter and HorovodGroupedReducescatter.
-#include "adapter.h"
+// HorovodReducescatter and HorovodGroupedReducescatter: the output's first dimension is this rank's share,
+// sized on the background thread.
+#include "kernel.h"
 
 namespace tfring {
 namespace tf {
 
-class ReducescatterOp : public tfw::AsyncOpKernel {
+class ReducescatterOp : public ReductionKernel {
  public:
-  explicit ReducescatterOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
-    int reduce_op = 0;
-    bool ignore_name_scope = false;
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
-    OP_REQUIRES_OK(c, c->GetAttr("ignore_name_scope", &ignore_name_scope));
-    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
-    OP_REQUIRES(c, reduce_op >= 0 && reduce_op <= 5 && reduce_op != static_cast<int>(ReduceOp::ADASUM),
-                tfw::errors::InvalidArgument("tfring: unsupported reduce_op=", reduce_op, " for reducescatter"));
-    reduce_op_ = static_cast<ReduceOp>(reduce_op);
-    name_ = TensorName(c, ignore_name_scope);
-  }
+  explicit ReducescatterOp(tfw::OpKernelConstruction* c) : ReductionKernel(c, OpType::REDUCESCATTER) {}
 
-  void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
-    if (!CheckRuntime(ctx, process_set_id_)) return done();
-    const int n = ctx->num_inputs();
-    std::vector<TensorEntry> entries(n);
-    for (int i = 0; i < n; ++i) {
-      const std::string name = n == 1 ? name_ : name_ + "_" + std::to_string(i);
-      if (!MakeEntry(ctx, i, name, OpType::REDUCESCATTER, /*same_shape=*/false, &entries[i])) return done();
-      entries[i].request.reduce_op = reduce_op_;
-      entries[i].request.prescale = prescale_;
-      entries[i].request.postscale = postscale_;
-    }
-    StatusCallback cb = Completion::Make(ctx, std::move(done), n);
-    for (auto& e : entries) e.callback = cb;
-    Runtime::Get().Enqueue(std::move(entries), process_set_id_);
-  }
-
- private:
-  ReduceOp reduce_op_ = ReduceOp::SUM;
-  float prescale_ = 1.f, postscale_ = 1.f;
-  int process_set_id_ = 0;
-  std::string name_;
+ protected:
+  bool SameShape(tfw::OpKernelContext*) const override { return false; }
 };
 
-REGISTER_KERNEL_BUILDER(Name("HorovodReducescatter").Device(tfw::DEVICE_CPU), ReducescatterOp);
-REGISTER_KERNEL_BUILDER(Name("HorovodGroupedReducescatter").Device(tfw::DEVICE_CPU), ReducescatterOp);
-#ifdef TFRING_HAVE_NCCL  // GPU tensors stay on the GPU: NCCL on the device, TF's stream never blocked
-REGISTER_KERNEL_BUILDER(Name("HorovodReducescatter").Device(tfw::DEVICE_GPU), ReducescatterOp);
-REGISTER_KERNEL_BUILDER(Name("HorovodGroupedReducescatter").Device(tfw::DEVICE_GPU), ReducescatterOp);
-#endif
+TFRING_REGISTER_KERNELS("HorovodReducescatter", ReducescatterOp);
+TFRING_REGISTER_KERNELS("HorovodGroupedReducescatter", ReducescatterOp);
 
 }  // namespace tf
 }  // namespace tfring

@@ -29,8 +29,12 @@ FusionLayout PlanFusionLayout(const std::vector<int64_t>& counts, int element_si
 
 bool NcclCanReduce(DataType dtype) {
   switch (dtype) {
-    case DataType::UINT16: case DataType::INT16: case DataType::BOOL: return false;
-    default: return true;
+    case DataType::UINT16:
+    case DataType::INT16:
+    case DataType::BOOL:
+      return false;
+    default:
+      return true;
   }
 }
 

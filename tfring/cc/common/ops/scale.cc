@@ -54,39 +54,79 @@ void Divide16(void* data, int64_t n, int d) {
 void DivideBuffer(void* data, int64_t n, DataType dtype, int d) {
   if (d == 1 || n == 0) return;
   switch (dtype) {
-    case DataType::UINT8: DivideAs<uint8_t>(data, n, d); break;
-    case DataType::INT8: DivideAs<int8_t>(data, n, d); break;
-    case DataType::UINT16: DivideAs<uint16_t>(data, n, d); break;
-    case DataType::INT16: DivideAs<int16_t>(data, n, d); break;
-    case DataType::INT32: DivideAs<int32_t>(data, n, d); break;
-    case DataType::INT64: DivideAs<int64_t>(data, n, d); break;
-    case DataType::FLOAT32: DivideFloat<float>(data, n, d); break;
-    case DataType::FLOAT64: DivideFloat<double>(data, n, d); break;
-    case DataType::FLOAT16: Divide16<HalfToFloat, FloatToHalf>(data, n, d); break;
-    case DataType::BFLOAT16: Divide16<Bf16ToFloat, FloatToBf16>(data, n, d); break;
-    case DataType::BOOL: break;
+    case DataType::UINT8:
+      DivideAs<uint8_t>(data, n, d);
+      break;
+    case DataType::INT8:
+      DivideAs<int8_t>(data, n, d);
+      break;
+    case DataType::UINT16:
+      DivideAs<uint16_t>(data, n, d);
+      break;
+    case DataType::INT16:
+      DivideAs<int16_t>(data, n, d);
+      break;
+    case DataType::INT32:
+      DivideAs<int32_t>(data, n, d);
+      break;
+    case DataType::INT64:
+      DivideAs<int64_t>(data, n, d);
+      break;
+    case DataType::FLOAT32:
+      DivideFloat<float>(data, n, d);
+      break;
+    case DataType::FLOAT64:
+      DivideFloat<double>(data, n, d);
+      break;
+    case DataType::FLOAT16:
+      Divide16<HalfToFloat, FloatToHalf>(data, n, d);
+      break;
+    case DataType::BFLOAT16:
+      Divide16<Bf16ToFloat, FloatToBf16>(data, n, d);
+      break;
+    case DataType::BOOL:
+      break;
   }
 }
 
 void ScaleBuffer(void* data, int64_t n, DataType dtype, double f) {
   if (f == 1.0 || n == 0) return;
   switch (dtype) {
-    case DataType::UINT8: ScaleAs<uint8_t>(data, n, f); break;
-    case DataType::INT8: ScaleAs<int8_t>(data, n, f); break;
-    case DataType::UINT16: ScaleAs<uint16_t>(data, n, f); break;
-    case DataType::INT16: ScaleAs<int16_t>(data, n, f); break;
-    case DataType::INT32: ScaleAs<int32_t>(data, n, f); break;
-    case DataType::INT64: ScaleAs<int64_t>(data, n, f); break;
+    case DataType::UINT8:
+      ScaleAs<uint8_t>(data, n, f);
+      break;
+    case DataType::INT8:
+      ScaleAs<int8_t>(data, n, f);
+      break;
+    case DataType::UINT16:
+      ScaleAs<uint16_t>(data, n, f);
+      break;
+    case DataType::INT16:
+      ScaleAs<int16_t>(data, n, f);
+      break;
+    case DataType::INT32:
+      ScaleAs<int32_t>(data, n, f);
+      break;
+    case DataType::INT64:
+      ScaleAs<int64_t>(data, n, f);
+      break;
     case DataType::FLOAT32: {
       float* p = static_cast<float*>(data);
       const float ff = static_cast<float>(f);
       for (int64_t i = 0; i < n; ++i) p[i] *= ff;
       break;
     }
-    case DataType::FLOAT64: ScaleAs<double>(data, n, f); break;
-    case DataType::FLOAT16: Scale16<HalfToFloat, FloatToHalf>(data, n, f); break;
-    case DataType::BFLOAT16: Scale16<Bf16ToFloat, FloatToBf16>(data, n, f); break;
-    case DataType::BOOL: break;
+    case DataType::FLOAT64:
+      ScaleAs<double>(data, n, f);
+      break;
+    case DataType::FLOAT16:
+      Scale16<HalfToFloat, FloatToHalf>(data, n, f);
+      break;
+    case DataType::BFLOAT16:
+      Scale16<Bf16ToFloat, FloatToBf16>(data, n, f);
+      break;
+    case DataType::BOOL:
+      break;
   }
 }
 

@@ -19,19 +19,31 @@ namespace {
 
 double Get(const char* p, int64_t i, DataType t) {
   switch (t) {
-    case DataType::FLOAT16: return HalfToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
-    case DataType::BFLOAT16: return Bf16ToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
-    case DataType::FLOAT32: return reinterpret_cast<const float*>(p)[i];
-    default: return reinterpret_cast<const double*>(p)[i];
+    case DataType::FLOAT16:
+      return HalfToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DataType::BFLOAT16:
+      return Bf16ToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DataType::FLOAT32:
+      return reinterpret_cast<const float*>(p)[i];
+    default:
+      return reinterpret_cast<const double*>(p)[i];
   }
 }
 
 void Set(char* p, int64_t i, DataType t, double v) {
   switch (t) {
-    case DataType::FLOAT16: reinterpret_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v)); break;
-    case DataType::BFLOAT16: reinterpret_cast<uint16_t*>(p)[i] = FloatToBf16(static_cast<float>(v)); break;
-    case DataType::FLOAT32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
-    default: reinterpret_cast<double*>(p)[i] = v; break;
+    case DataType::FLOAT16:
+      reinterpret_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
+      break;
+    case DataType::BFLOAT16:
+      reinterpret_cast<uint16_t*>(p)[i] = FloatToBf16(static_cast<float>(v));
+      break;
+    case DataType::FLOAT32:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    default:
+      reinterpret_cast<double*>(p)[i] = v;
+      break;
   }
 }
 

@@ -19,8 +19,7 @@ Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int
   for (int64_t off = 0; off < total; off += chunk) {
     const int n = static_cast<int>(std::min(chunk, total - off));
     const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + off * esize);
-    TFR_CHECK_MPI(MPI_Allreduce(send, out + off * esize, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype),
-                                ctx.comm));
+    TFR_CHECK_MPI(MPI_Allreduce(send, out + off * esize, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype), ctx.comm));
   }
   return Status::OK();
 }
@@ -71,8 +70,10 @@ Status MpiAllreduce(MpiContext& ctx, const Response& r, const Entries& entries) 
     int64_t off = 0;
     for (size_t i : fused) {
       const int64_t bytes = r.sizes[i] * esize;
-      if (entries[i]) std::memcpy(ctx.fusion_buffer.data() + off, entries[i]->input->data(), bytes);
-      else std::memset(ctx.fusion_buffer.data() + off, 0, bytes);  // a joined rank contributes zeros
+      if (entries[i])
+        std::memcpy(ctx.fusion_buffer.data() + off, entries[i]->input->data(), bytes);
+      else
+        std::memset(ctx.fusion_buffer.data() + off, 0, bytes);  // a joined rank contributes zeros
       off += bytes;
     }
   }

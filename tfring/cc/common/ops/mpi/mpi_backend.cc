@@ -36,8 +36,8 @@ class MpiTransport : public Transport {
   int rank() const override { return ctx_.rank; }
   int size() const override { return ctx_.size; }
   Status AllreduceBitAnd(std::vector<uint64_t>* bits) override {
-    TFR_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()), MPI_UINT64_T, MPI_BAND,
-                                ctx_.comm));
+    TFR_CHECK_MPI(
+        MPI_Allreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()), MPI_UINT64_T, MPI_BAND, ctx_.comm));
     return Status::OK();
   }
   Status GatherToRoot(const std::string& mine, std::vector<std::string>* all) override {
@@ -50,8 +50,8 @@ class MpiTransport : public Transport {
       for (int i = 0; i < ctx_.size; ++i) displs[i] = total, total += lens[i];
       joined.resize(total);
     }
-    TFR_CHECK_MPI(MPI_Gatherv(mine.data(), len, MPI_BYTE, &joined[0], lens.data(), displs.data(), MPI_BYTE, 0,
-                              ctx_.comm));
+    TFR_CHECK_MPI(
+        MPI_Gatherv(mine.data(), len, MPI_BYTE, &joined[0], lens.data(), displs.data(), MPI_BYTE, 0, ctx_.comm));
     all->clear();
     if (ctx_.rank == 0)
       for (int i = 0; i < ctx_.size; ++i) all->push_back(joined.substr(displs[i], lens[i]));
@@ -94,9 +94,12 @@ class MpiBackend : public Backend {
   Transport& transport() override { return transport_; }
   Topology topology() const override {
     Topology t;
-    t.rank = ctx_.rank; t.size = ctx_.size;
-    t.local_rank = ctx_.local_rank; t.local_size = ctx_.local_size;
-    t.cross_rank = ctx_.cross_rank; t.cross_size = ctx_.cross_size;
+    t.rank = ctx_.rank;
+    t.size = ctx_.size;
+    t.local_rank = ctx_.local_rank;
+    t.local_size = ctx_.local_size;
+    t.cross_rank = ctx_.cross_rank;
+    t.cross_size = ctx_.cross_size;
     t.homogeneous = ctx_.homogeneous;
     t.threads_supported = ctx_.thread_level == MPI_THREAD_MULTIPLE;
     return t;
@@ -105,12 +108,18 @@ class MpiBackend : public Backend {
     switch (r.op) {
       case OpType::ALLREDUCE:
         return r.reduce_op == ReduceOp::ADASUM ? MpiAdasum(ctx_, r, entries) : MpiAllreduce(ctx_, r, entries);
-      case OpType::ALLGATHER: return MpiAllgather(ctx_, r, entries);
-      case OpType::BROADCAST: return MpiBroadcast(ctx_, r, entries);
-      case OpType::ALLTOALL: return MpiAlltoall(ctx_, r, entries);
-      case OpType::REDUCESCATTER: return MpiReducescatter(ctx_, r, entries);
-      case OpType::BARRIER: return MpiBarrier(ctx_, r, entries);
-      case OpType::JOIN: return Status::OK();
+      case OpType::ALLGATHER:
+        return MpiAllgather(ctx_, r, entries);
+      case OpType::BROADCAST:
+        return MpiBroadcast(ctx_, r, entries);
+      case OpType::ALLTOALL:
+        return MpiAlltoall(ctx_, r, entries);
+      case OpType::REDUCESCATTER:
+        return MpiReducescatter(ctx_, r, entries);
+      case OpType::BARRIER:
+        return MpiBarrier(ctx_, r, entries);
+      case OpType::JOIN:
+        return Status::OK();
     }
     return Status::Unknown("tfring: unknown collective");
   }

@@ -14,10 +14,18 @@ void Reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) {
     float x = ToF(a[i]), y = ToF(b[i]), r;
     switch (Kind) {
-      case 0: r = x + y; break;
-      case 1: r = std::min(x, y); break;
-      case 2: r = std::max(x, y); break;
-      default: r = x * y; break;
+      case 0:
+        r = x + y;
+        break;
+      case 1:
+        r = std::min(x, y);
+        break;
+      case 2:
+        r = std::max(x, y);
+        break;
+      default:
+        r = x * y;
+        break;
     }
     b[i] = FromF(r);
   }
@@ -102,16 +110,27 @@ void MpiContext::Finalize() {
 
 MPI_Datatype MpiContext::Type(DataType t) const {
   switch (t) {
-    case DataType::UINT8: return MPI_UINT8_T;
-    case DataType::INT8: return MPI_INT8_T;
-    case DataType::UINT16: return MPI_UINT16_T;
-    case DataType::INT16: return MPI_INT16_T;
-    case DataType::INT32: return MPI_INT32_T;
-    case DataType::INT64: return MPI_INT64_T;
-    case DataType::FLOAT16: case DataType::BFLOAT16: return MPI_UINT16_T;  // reduced by user ops
-    case DataType::FLOAT32: return MPI_FLOAT;
-    case DataType::FLOAT64: return MPI_DOUBLE;
-    case DataType::BOOL: return MPI_C_BOOL;
+    case DataType::UINT8:
+      return MPI_UINT8_T;
+    case DataType::INT8:
+      return MPI_INT8_T;
+    case DataType::UINT16:
+      return MPI_UINT16_T;
+    case DataType::INT16:
+      return MPI_INT16_T;
+    case DataType::INT32:
+      return MPI_INT32_T;
+    case DataType::INT64:
+      return MPI_INT64_T;
+    case DataType::FLOAT16:
+    case DataType::BFLOAT16:
+      return MPI_UINT16_T;  // reduced by user ops
+    case DataType::FLOAT32:
+      return MPI_FLOAT;
+    case DataType::FLOAT64:
+      return MPI_DOUBLE;
+    case DataType::BOOL:
+      return MPI_C_BOOL;
   }
   return MPI_BYTE;
 }
@@ -122,11 +141,16 @@ MPI_Op MpiContext::Op(ReduceOp op, DataType t) const {
   if (t == DataType::BFLOAT16) return g_bf16_ops[k];
   if (k == 0) {
     switch (t) {
-      case DataType::UINT8: return g_small_int_sum[0];
-      case DataType::INT8: return g_small_int_sum[1];
-      case DataType::UINT16: return g_small_int_sum[2];
-      case DataType::INT16: return g_small_int_sum[3];
-      default: break;
+      case DataType::UINT8:
+        return g_small_int_sum[0];
+      case DataType::INT8:
+        return g_small_int_sum[1];
+      case DataType::UINT16:
+        return g_small_int_sum[2];
+      case DataType::INT16:
+        return g_small_int_sum[3];
+      default:
+        break;
     }
   }
   static const MPI_Op ops[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};

@@ -6,14 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "../../checks.h"
 #include "../../status.h"
 #include "../../types.h"
-
-#define TFR_CHECK_MPI(call)                                                                     \
-  do {                                                                                          \
-    int _tfr_rc = (call);                                                                       \
-    if (_tfr_rc != MPI_SUCCESS) return ::tfring::MpiError(#call, _tfr_rc);                      \
-  } while (0)
 
 namespace tfring {
 
@@ -29,7 +24,7 @@ struct MpiContext {
   bool homogeneous = true;
   int thread_level = MPI_THREAD_SINGLE;
   std::vector<char> fusion_buffer;
-  Timeline* timeline = nullptr;  // rank 0's timeline, or null
+  Timeline* timeline = nullptr;    // rank 0's timeline, or null
   int64_t max_count = 2147483647;  // per MPI call (TFRING_MPI_MAX_COUNT)
 
   // comm_f: a Fortran handle from mpi4py's comm.py2f(), or -1 for MPI_COMM_WORLD.

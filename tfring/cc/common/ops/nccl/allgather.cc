@@ -24,8 +24,8 @@ Status NcclAllgather(NcclComm& c, const Response& r, GpuEntries& entries) {
   // Ragged first dimensions: every rank broadcasts its part into place, fused into one NCCL group.
   TFR_NCCL(c, ncclGroupStart());
   for (int i = 0; i < c.size; ++i) {
-    ncclResult_t res = ncclBroadcast(e.input->data(), out + displs[i] * row_bytes, r.sizes[i] * row_bytes, ncclUint8,
-                                     i, c.comm, c.stream);
+    ncclResult_t res = ncclBroadcast(e.input->data(), out + displs[i] * row_bytes, r.sizes[i] * row_bytes, ncclUint8, i,
+                                     c.comm, c.stream);
     if (res != ncclSuccess) {
       ncclGroupEnd();
       TFR_NCCL(c, res);

@@ -29,8 +29,8 @@ Status NcclAllreduce(NcclComm& c, const Response& r, GpuEntries& entries) {
     TFR_RETURN_IF_ERROR(c.FusionBuffer(count * esize, &fusion));
     buf = static_cast<char*>(fusion);
     for (size_t i = 0; i < entries.size(); ++i)
-      TFR_RETURN_IF_ERROR(CopyOnStream(c, buf + layout.offsets[i] * esize, entries[i].input->data(),
-                                       r.sizes[i] * esize));
+      TFR_RETURN_IF_ERROR(
+          CopyOnStream(c, buf + layout.offsets[i] * esize, entries[i].input->data(), r.sizes[i] * esize));
   }
   TFR_RETURN_IF_ERROR(GpuScale(buf, count, r.dtype, r.prescale, c.stream));
   TFR_NCCL(c, ncclAllReduce(buf, buf, count, type, NcclOp(r.reduce_op), c.comm, c.stream));
@@ -38,8 +38,8 @@ Status NcclAllreduce(NcclComm& c, const Response& r, GpuEntries& entries) {
   if (r.reduce_op == ReduceOp::AVERAGE) TFR_RETURN_IF_ERROR(GpuDivide(buf, count, r.dtype, c.size, c.stream));
   if (!single)
     for (size_t i = 0; i < entries.size(); ++i)
-      TFR_RETURN_IF_ERROR(CopyOnStream(c, entries[i].output->data(), buf + layout.offsets[i] * esize,
-                                       r.sizes[i] * esize));
+      TFR_RETURN_IF_ERROR(
+          CopyOnStream(c, entries[i].output->data(), buf + layout.offsets[i] * esize, r.sizes[i] * esize));
   return Status::OK();
 }
 

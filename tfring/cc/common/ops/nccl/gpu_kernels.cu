@@ -11,15 +11,18 @@ namespace tfring {
 namespace {
 
 // Per-element conversion through float/double so half, bfloat16 and integers share one kernel body.
-template <typename T> struct Conv {
+template <typename T>
+struct Conv {
   __device__ static double To(T v) { return static_cast<double>(v); }
   __device__ static T From(double v) { return static_cast<T>(v); }
 };
-template <> struct Conv<__half> {
+template <>
+struct Conv<__half> {
   __device__ static double To(__half v) { return __half2float(v); }
   __device__ static __half From(double v) { return __float2half(static_cast<float>(v)); }
 };
-template <> struct Conv<__nv_bfloat16> {
+template <>
+struct Conv<__nv_bfloat16> {
   __device__ static double To(__nv_bfloat16 v) { return __bfloat162float(v); }
   __device__ static __nv_bfloat16 From(double v) { return __float2bfloat16(static_cast<float>(v)); }
 };
@@ -65,17 +68,38 @@ Status LaunchStatus(const char* what) {
 template <typename F>
 void ByDtype(void* d, DataType dtype, F f) {
   switch (dtype) {
-    case DataType::UINT8: f(static_cast<uint8_t*>(d)); break;
-    case DataType::INT8: f(static_cast<int8_t*>(d)); break;
-    case DataType::UINT16: f(static_cast<uint16_t*>(d)); break;
-    case DataType::INT16: f(static_cast<int16_t*>(d)); break;
-    case DataType::INT32: f(static_cast<int32_t*>(d)); break;
-    case DataType::INT64: f(static_cast<int64_t*>(d)); break;
-    case DataType::FLOAT32: f(static_cast<float*>(d)); break;
-    case DataType::FLOAT64: f(static_cast<double*>(d)); break;
-    case DataType::FLOAT16: f(static_cast<__half*>(d)); break;
-    case DataType::BFLOAT16: f(static_cast<__nv_bfloat16*>(d)); break;
-    case DataType::BOOL: break;
+    case DataType::UINT8:
+      f(static_cast<uint8_t*>(d));
+      break;
+    case DataType::INT8:
+      f(static_cast<int8_t*>(d));
+      break;
+    case DataType::UINT16:
+      f(static_cast<uint16_t*>(d));
+      break;
+    case DataType::INT16:
+      f(static_cast<int16_t*>(d));
+      break;
+    case DataType::INT32:
+      f(static_cast<int32_t*>(d));
+      break;
+    case DataType::INT64:
+      f(static_cast<int64_t*>(d));
+      break;
+    case DataType::FLOAT32:
+      f(static_cast<float*>(d));
+      break;
+    case DataType::FLOAT64:
+      f(static_cast<double*>(d));
+      break;
+    case DataType::FLOAT16:
+      f(static_cast<__half*>(d));
+      break;
+    case DataType::BFLOAT16:
+      f(static_cast<__nv_bfloat16*>(d));
+      break;
+    case DataType::BOOL:
+      break;
   }
 }
 

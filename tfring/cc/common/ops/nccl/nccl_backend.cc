@@ -24,8 +24,7 @@ std::shared_ptr<void> NewEvent(Status* status) {
 class NcclBackend : public GpuBackend {
  public:
   NcclBackend(Transport& transport, int rank, int size, double timeout_seconds)
-      : context_(transport, rank, size, timeout_seconds),
-        completions_(timeout_seconds, [this](const std::string& why) {
+      : context_(transport, rank, size, timeout_seconds), completions_(timeout_seconds, [this](const std::string& why) {
           TFR_LOG(TFR_ERROR, why << "; aborting the NCCL communicators");
           context_.Abort();
         }) {}
@@ -40,7 +39,8 @@ class NcclBackend : public GpuBackend {
     // Recorded on the framework's stream right after the producers of the input: our stream waits on it.
     if (s.ok()) {
       cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(ev.get()), static_cast<cudaStream_t>(entry->gpu_stream));
-      if (e != cudaSuccess) s = Status::Unknown(std::string("tfring: cudaEventRecord failed: ") + cudaGetErrorString(e));
+      if (e != cudaSuccess)
+        s = Status::Unknown(std::string("tfring: cudaEventRecord failed: ") + cudaGetErrorString(e));
     }
     cudaSetDevice(previous);
     TFR_RETURN_IF_ERROR(s);
@@ -54,8 +54,9 @@ class NcclBackend : public GpuBackend {
     NcclComm* c;
     TFR_RETURN_IF_ERROR(context_.Get(r.devices, &c));
     if (completions_.broken())
-      return Status::Aborted("tfring: an earlier GPU collective failed or timed out; the NCCL communicators were "
-                             "aborted and no more GPU collectives can run");
+      return Status::Aborted(
+          "tfring: an earlier GPU collective failed or timed out; the NCCL communicators were "
+          "aborted and no more GPU collectives can run");
     TFR_CHECK_CUDA(cudaSetDevice(c->device));
     Status s = Enqueue(c, r, entries);
     // Work may already be on the stream: let it finish before the caller's callbacks release the buffers.
@@ -66,13 +67,24 @@ class NcclBackend : public GpuBackend {
  private:
   Status Enqueue(NcclComm* c, const Response& r, std::vector<TensorEntry>* entries) {
     for (auto& e : *entries)
-      if (e.ready_event) TFR_CHECK_CUDA(cudaStreamWaitEvent(c->stream, static_cast<cudaEvent_t>(e.ready_event.get()), 0));
+      if (e.ready_event)
+        TFR_CHECK_CUDA(cudaStreamWaitEvent(c->stream, static_cast<cudaEvent_t>(e.ready_event.get()), 0));
     switch (r.op) {
-      case OpType::ALLREDUCE: TFR_RETURN_IF_ERROR(NcclAllreduce(*c, r, *entries)); break;
-      case OpType::ALLGATHER: TFR_RETURN_IF_ERROR(NcclAllgather(*c, r, *entries)); break;
-      case OpType::BROADCAST: TFR_RETURN_IF_ERROR(NcclBroadcast(*c, r, *entries)); break;
-      case OpType::ALLTOALL: TFR_RETURN_IF_ERROR(NcclAlltoall(*c, r, *entries)); break;
-      case OpType::REDUCESCATTER: TFR_RETURN_IF_ERROR(NcclReducescatter(*c, r, *entries)); break;
+      case OpType::ALLREDUCE:
+        TFR_RETURN_IF_ERROR(NcclAllreduce(*c, r, *entries));
+        break;
+      case OpType::ALLGATHER:
+        TFR_RETURN_IF_ERROR(NcclAllgather(*c, r, *entries));
+        break;
+      case OpType::BROADCAST:
+        TFR_RETURN_IF_ERROR(NcclBroadcast(*c, r, *entries));
+        break;
+      case OpType::ALLTOALL:
+        TFR_RETURN_IF_ERROR(NcclAlltoall(*c, r, *entries));
+        break;
+      case OpType::REDUCESCATTER:
+        TFR_RETURN_IF_ERROR(NcclReducescatter(*c, r, *entries));
+        break;
       default:
         return Status::InvalidArgument(std::string("tfring: ") + OpTypeName(r.op) + " has no GPU implementation");
     }

@@ -67,11 +67,14 @@ Status NcclContext::Get(const std::vector<int32_t>& devices, NcclComm** out) {
   std::string bytes;
   Status local;
   cudaError_t cerr = cudaSetDevice(c->device);
-  if (cerr != cudaSuccess) local = Status::Unknown(std::string("tfring: cudaSetDevice failed: ") + cudaGetErrorString(cerr));
+  if (cerr != cudaSuccess)
+    local = Status::Unknown(std::string("tfring: cudaSetDevice failed: ") + cudaGetErrorString(cerr));
   if (local.ok() && rank_ == 0) {
     ncclResult_t nerr = ncclGetUniqueId(&id);
-    if (nerr == ncclSuccess) bytes.assign(id.internal, sizeof(id.internal));
-    else local = Status::Unknown(std::string("tfring: ncclGetUniqueId failed: ") + ncclGetErrorString(nerr));
+    if (nerr == ncclSuccess)
+      bytes.assign(id.internal, sizeof(id.internal));
+    else
+      local = Status::Unknown(std::string("tfring: ncclGetUniqueId failed: ") + ncclGetErrorString(nerr));
   }
   TFR_RETURN_IF_ERROR(transport_.BroadcastFromRoot(&bytes));
   if (bytes.size() != sizeof(id.internal))
@@ -82,7 +85,8 @@ Status NcclContext::Get(const std::vector<int32_t>& devices, NcclComm** out) {
   // after the exchange, or died) costs the others the deadline, not a hang.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  Status init = NcclWait(*c, ncclCommInitRankConfig(&c->comm, size_, id, rank_, &config), "ncclCommInitRankConfig");
+  Status init = NcclWait(*c, ncclCommInitRankConfig(&c->comm, size_, id, rank_, &config),
+                         TFR_CALL_SITE("ncclCommInitRankConfig"));
   if (!init.ok()) {
     if (c->comm) ncclCommAbort(c->comm);
     return init;
@@ -121,14 +125,30 @@ void NcclContext::Destroy() {
 
 Status NcclType(DataType dtype, ncclDataType_t* out) {
   switch (dtype) {
-    case DataType::UINT8: *out = ncclUint8; break;
-    case DataType::INT8: *out = ncclInt8; break;
-    case DataType::INT32: *out = ncclInt32; break;
-    case DataType::INT64: *out = ncclInt64; break;
-    case DataType::FLOAT16: *out = ncclFloat16; break;
-    case DataType::FLOAT32: *out = ncclFloat32; break;
-    case DataType::FLOAT64: *out = ncclFloat64; break;
-    case DataType::BFLOAT16: *out = ncclBfloat16; break;
+    case DataType::UINT8:
+      *out = ncclUint8;
+      break;
+    case DataType::INT8:
+      *out = ncclInt8;
+      break;
+    case DataType::INT32:
+      *out = ncclInt32;
+      break;
+    case DataType::INT64:
+      *out = ncclInt64;
+      break;
+    case DataType::FLOAT16:
+      *out = ncclFloat16;
+      break;
+    case DataType::FLOAT32:
+      *out = ncclFloat32;
+      break;
+    case DataType::FLOAT64:
+      *out = ncclFloat64;
+      break;
+    case DataType::BFLOAT16:
+      *out = ncclBfloat16;
+      break;
     default:
       return Status::InvalidArgument(std::string("tfring: NCCL cannot reduce dtype ") + DataTypeName(dtype) +
                                      " on GPU; cast the tensor (e.g. to int32) or reduce it on the CPU");
@@ -138,10 +158,14 @@ Status NcclType(DataType dtype, ncclDataType_t* out) {
 
 ncclRedOp_t NcclOp(ReduceOp op) {
   switch (op) {
-    case ReduceOp::MIN: return ncclMin;
-    case ReduceOp::MAX: return ncclMax;
-    case ReduceOp::PRODUCT: return ncclProd;
-    default: return ncclSum;
+    case ReduceOp::MIN:
+      return ncclMin;
+    case ReduceOp::MAX:
+      return ncclMax;
+    case ReduceOp::PRODUCT:
+      return ncclProd;
+    default:
+      return ncclSum;
   }
 }
 

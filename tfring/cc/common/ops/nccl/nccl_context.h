@@ -5,27 +5,16 @@
 #include <nccl.h>
 
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "../../checks.h"
 #include "../../status.h"
 #include "../../tensor.h"
 #include "../../transport.h"
 #include "../../types.h"
-
-#define TFR_CHECK_CUDA(expr)                                                                          \
-  do {                                                                                               \
-    cudaError_t tfr_err_ = (expr);                                                                   \
-    if (tfr_err_ != cudaSuccess)                                                                     \
-      return ::tfring::Status::Unknown(std::string("tfring: CUDA error in " #expr ": ") +          \
-                                       cudaGetErrorString(tfr_err_));                                \
-  } while (0)
-
-// Calls on a communicator: communicators are non-blocking (so creation and every call have a deadline), and any
-// call may answer ncclInProgress; NcclWait polls the communicator until the call finished or the deadline passed.
-#define TFR_NCCL(c, expr) TFR_RETURN_IF_ERROR(::tfring::NcclWait((c), (expr), #expr))
 
 namespace tfring {
 
