@@ -2,7 +2,6 @@
 their messages from stdout to absl logging (as it does for Keras' own callbacks); tf_keras alike."""
 import importlib.util
 import logging
-import os
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 import tfring.keras as hvd
+from conftest import rank_env
 
 MESSAGES = ["learning rate set to", "finished warmup", "improved to"]
 
@@ -77,7 +77,8 @@ for interactive in (True, False):
 
 @pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None, reason="tf_keras is not installed")
 def test_tf_keras_callbacks_follow_tf_keras_interactive_logging():
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
+    # rank_env: PYTHONSAFEPATH, so `-c` never imports the source tree's tfring/ (no library) from the cwd.
+    env = dict(rank_env(), TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, "-c", TF_KERAS_SCRIPT], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-5000:]
