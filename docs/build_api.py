@@ -14,6 +14,7 @@ pdoc's own warnings (unresolvable names, import errors) fail the build as well. 
 (`tfring.runner`) is documented in README.md instead.
 """
 import argparse
+import contextlib
 import ast
 import importlib
 import importlib.util
@@ -271,9 +272,13 @@ def build_html(output_dir):
              r"!tfring\.keras\.optimizer$"]
     if importlib.util.find_spec("tf_keras") is not None:  # the tf_keras wrapper needs tf_keras to import
         specs.append("tfring.keras.legacy_optimizer")
-    with warnings.catch_warnings(record=True) as caught:
+    output_dir = pathlib.Path(output_dir).resolve()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    # From the output directory: pdoc warns when a module name is also a path in the cwd (a source checkout's
+    # tfring/ next to the installed package), which is not a docs problem.
+    with warnings.catch_warnings(record=True) as caught, contextlib.chdir(output_dir):
         warnings.simplefilter("always")
-        pdoc.pdoc(*specs, output_directory=pathlib.Path(output_dir))
+        pdoc.pdoc(*specs, output_directory=output_dir)
     return ["%s:%s: %s" % (w.filename, w.lineno, w.message) for w in caught]
 
 
