@@ -1,7 +1,9 @@
 // The autotuner against a synthetic throughput model with a fake clock: it must visit the candidates, score
 // them, end on the best setting and log every step.
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -23,7 +25,11 @@ double Rate(const TunedParams& p, double best_cycle = 2) {
 TEST(AutotunerFindsTheBestSettingAndLogsIt) {
   AutotuneOptions o;
   o.sample_seconds = 0.1;
-  o.log_path = "/tmp/tfring_autotune_test.csv";
+  char path[] = "/tmp/tfring_autotune_test_XXXXXX";  // unique: parallel runs never share the log
+  const int fd = mkstemp(path);
+  EXPECT(fd >= 0);
+  close(fd);
+  o.log_path = path;
   Autotuner t({8 << 20, 1.0}, o);
   TunedParams in_force{8 << 20, 1.0};
   double now = 0;
@@ -48,6 +54,7 @@ TEST(AutotunerFindsTheBestSettingAndLogsIt) {
   EXPECT(text.rfind("event,fusion_threshold_bytes,cycle_time_ms,bytes_per_second\n", 0) == 0);
   EXPECT(text.find("best,4194304,2,") != std::string::npos);
   EXPECT(text.find("warmup,") != std::string::npos && text.find("sample,") != std::string::npos);
+  std::remove(path);
 }
 
 TEST(AutotunerIgnoresIdleTime) {

@@ -114,11 +114,16 @@ TEST(ResponseCacheHitInvalidEvict) {
 }
 
 TEST(HalfAndBf16Conversions) {
-  const float values[] = {0.f, 1.f, -2.5f, 65504.f, 6.1035156e-05f, 5.9604645e-08f, 0.1f, 1e-3f};
-  for (float v : values) {
-    float back = HalfToFloat(FloatToHalf(v));
-    EXPECT(std::fabs(back - v) <= std::fabs(v) * 1e-3f + 6e-8f);
-  }
+  // Values fp16 represents (normals, the smallest normal, subnormals down to the smallest) round-trip exactly:
+  // a conversion that flushed subnormals to zero or lost a bit fails here.
+  const float exact[] = {
+      0.f, 1.f, -2.5f, 65504.f, 6.1035156e-05f, 5.9604645e-08f, 1.1920929e-07f, -3.0517578e-05f, 1.7881393e-07f};
+  for (float v : exact) EXPECT_EQ(HalfToFloat(FloatToHalf(v)), v);
+  EXPECT_EQ(FloatToHalf(5.9604645e-08f), 0x0001);  // the smallest subnormal, not zero
+  // Others round to the nearest half (IEEE bit patterns).
+  EXPECT_EQ(FloatToHalf(0.1f), 0x2e66);
+  EXPECT_EQ(FloatToHalf(1e-3f), 0x1419);
+  EXPECT_EQ(FloatToHalf(1.f + 1.f / 2048), 0x3c00);  // a tie rounds to even
   EXPECT_EQ(FloatToHalf(1.f), 0x3c00);
   EXPECT_EQ(FloatToHalf(70000.f), 0x7c00);  // overflow -> inf
   EXPECT(std::isnan(HalfToFloat(FloatToHalf(NAN))));

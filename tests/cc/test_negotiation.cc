@@ -110,7 +110,10 @@ Run RunCycles(int n, int cycles, const Submit& submit, int64_t cache_capacity = 
         if (hook) hook(r, cyc, c);
         ResponseList& out = run.lists[r][cyc];
         Status s = c.ComputeResponseList(shutdown && shutdown(r, cyc), &out);
-        if (!s.ok()) std::fprintf(stderr, "cycle failed: %s\n", s.message().c_str());
+        if (!s.ok()) {  // no scenario here expects a failed cycle: a failure fails the test
+          std::fprintf(stderr, "cycle failed: %s\n", s.message().c_str());
+          ++Failures();
+        }
         for (auto& resp : out.responses)
           for (auto& name : resp.names) {
             TensorEntry e;
