@@ -167,15 +167,17 @@ def test_save_load_resumes(tmp_path):
 
 
 def test_best_checkpoint_written_by_rank_zero_only(tmp_path):
-    shared = os.path.join(str(tmp_path), "ckpt")
-    shared = hvd.broadcast_object(shared, 0)  # one path for all ranks (same host)
+    # Each rank names its own folder (tmp_path differs per rank): a rank that wrote would leave files in its own.
+    own = os.path.join(str(tmp_path), "ckpt_rank%d" % R)
     model = make_model()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
     x, y = data(2, B)
     model.fit(x, y, batch_size=B, epochs=2, verbose=0, validation_data=(x, y),
-              callbacks=[hvd.callbacks.BestModelCheckpoint(os.path.join(shared, "best.keras"))])
+              callbacks=[hvd.callbacks.BestModelCheckpoint(os.path.join(own, "best.keras"))])
     hvd.barrier()
-    if R == 0:
-        assert sorted(os.listdir(shared)) == ["best.keras"]  # no temp files left
-        keras.models.load_model(os.path.join(shared, "best.keras"),
+    if R != 0:
+        assert not os.path.exists(own) or os.listdir(own) == [], os.listdir(own)
+    else:
+        assert sorted(os.listdir(own)) == ["best.keras"]  # no temp files left
+        keras.models.load_model(os.path.join(own, "best.keras"),
                                 custom_objects={"DistributedOptimizer": hvd.DistributedOptimizer})
