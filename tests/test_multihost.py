@@ -1,4 +1,4 @@
-"""Emulated hosts (network namespaces, ../shared/netns): tfringrun across hosts over TCP, and a cut link ending
+"""Emulated hosts (network namespaces, tests/hosts/): tfringrun across hosts over TCP, and a cut link ending
 the job within 30 s. Needs root and `ip netns`; skipped with the reason otherwise."""
 import os
 import shutil
@@ -10,8 +10,8 @@ import pytest
 
 from conftest import ROOT, rank_env
 
-NETNS = os.environ.get("TFRING_NETNS_DIR") or os.path.join(os.path.dirname(ROOT), "shared", "netns")
-NH = os.path.join(NETNS, "netns-hosts")
+HOSTS_DIR = os.path.join(ROOT, "tests", "hosts")  # the project's own harness: hosts.py and its ssh stand-in
+NH = [sys.executable, os.path.join(HOSTS_DIR, "hosts.py")]
 # Own namespace names and subnet: no collision with other runs.
 NETNS_ENV = {"NETNS_HOSTS_PREFIX": "tfrt%d" % (os.getpid() % 1000),
              "NETNS_HOSTS_SUBNET": "10.232.%d" % (os.getpid() % 200)}
@@ -19,14 +19,12 @@ NETNS_ENV = {"NETNS_HOSTS_PREFIX": "tfrt%d" % (os.getpid() % 1000),
 
 def _nh(*args, check=True, timeout=60):
     env = dict(os.environ, **NETNS_ENV)
-    return subprocess.run([NH] + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    return subprocess.run(NH + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=timeout, check=check)
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    if not os.path.exists(NH):
-        pytest.skip("netns tools not found at %s (set TFRING_NETNS_DIR)" % NETNS)
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.skip("emulated hosts need root and iproute2")
     up = _nh("up", "2", check=False)
@@ -34,7 +32,7 @@ def hosts(tmp_path_factory):
         _nh("down", check=False)
         pytest.skip("could not create network namespaces: %s" % up.stdout.strip()[-300:])
     fake = tmp_path_factory.mktemp("fakessh")
-    os.symlink(os.path.join(NETNS, "netns-agent"), str(fake / "ssh"))  # PRRTE's ssh launcher -> netns-agent
+    os.symlink(os.path.join(HOSTS_DIR, "ssh"), str(fake / "ssh"))  # PRRTE's ssh launcher finds it on PATH
     yield str(fake)
     _nh("down", check=False)
 
@@ -43,7 +41,7 @@ def tfringrun_on_h1(fake_ssh, args, timeout=120, extra_env=None):
     env = dict(rank_env(), **NETNS_ENV)
     env.update(extra_env or {})
     env["PATH"] = fake_ssh + os.pathsep + env["PATH"]
-    cmd = [NH, "exec", "h1", sys.executable, "-m", "tfring.runner", "-np", "2", "-H", "h1:1,h2:1",
+    cmd = NH + ["exec", "h1", sys.executable, "-m", "tfring.runner", "-np", "2", "-H", "h1:1,h2:1",
            "--network-interface", NETNS_ENV["NETNS_HOSTS_SUBNET"] + ".0/24"] + args
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -66,7 +64,7 @@ def test_environment_reaches_the_second_host(hosts, tmp_path):
     clean.mkdir()
     (clean / "ssh").write_text("#!/bin/sh\nexec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=\"$HOME\" "
                                "NETNS_HOSTS_PREFIX=%s %s \"$@\"\n" % (NETNS_ENV["NETNS_HOSTS_PREFIX"],
-                                                                      os.path.join(NETNS, "netns-agent")))
+                                                                      os.path.join(HOSTS_DIR, "ssh")))
     (clean / "ssh").chmod(0o755)
     job = tmp_path / "env.py"
     job.write_text("import os, socket\n"
