@@ -120,6 +120,8 @@ class MpiBackend : public Backend {
         return MpiBarrier(ctx_, r, entries);
       case OpType::JOIN:
         return Status::OK();
+      case OpType::PROCESS_SET:  // applied by the runtime itself (runtime_process_sets.cc), never sent here
+        break;
     }
     return Status::Unknown("tfring: unknown collective");
   }
