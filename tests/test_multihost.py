@@ -37,11 +37,11 @@ def hosts(tmp_path_factory):
     _nh("down", check=False)
 
 
-def tfringrun_on_h1(fake_ssh, args, timeout=120, extra_env=None):
+def tfringrun_on_h1(fake_ssh, args, timeout=120, extra_env=None, layout=("2", "h1:1,h2:1")):
     env = dict(rank_env(), **NETNS_ENV)
     env.update(extra_env or {})
     env["PATH"] = fake_ssh + os.pathsep + env["PATH"]
-    cmd = NH + ["exec", "h1", sys.executable, "-m", "tfring.runner", "-np", "2", "-H", "h1:1,h2:1",
+    cmd = NH + ["exec", "h1", sys.executable, "-m", "tfring.runner", "-np", layout[0], "-H", layout[1],
            "--network-interface", NETNS_ENV["NETNS_HOSTS_SUBNET"] + ".0/24"] + args
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -102,3 +102,24 @@ def test_cut_link_ends_the_job_within_30_seconds(hosts, tmp_path):
     assert "lost contact with host h2" in out, out[-3000:]
     time.sleep(1)
     assert _nh("pids", "h2", check=False).stdout.strip() == ""  # no orphans on the cut host
+
+
+@pytest.mark.parametrize("hosts_arg,mpi_args,host_of", [
+    ("h1:3,h2:1", "", "0,0,0,1"),  # uneven hosts: reduce to each host's first rank
+    ("h1:2,h2:2", "", "0,0,1,1"),  # even hosts: reduce-scatter within hosts, shards across
+    ("h1:2,h2:2", "--map-by node", "0,1,0,1"),  # hosts hold non-consecutive ranks: allgather reorders
+])
+def test_hierarchical_collectives_equal_flat(hosts, tmp_path, hosts_arg, mpi_args, host_of):
+    """tests/hosts/ranks_hierarchical.py on 4 ranks over 2 emulated hosts: values equal the flat collectives'
+    on every rank, and rank 0's timeline shows the hierarchical path ran."""
+    tl = tmp_path / "tl.json"
+    proc = tfringrun_on_h1(hosts, ["--hierarchical-allreduce", "--hierarchical-allgather", "--timeline-filename",
+                                   str(tl), "--mpi-args", mpi_args, "python", "-m", "pytest", "-q", "-x",
+                                   "--color=no", "-p", "no:cacheprovider", "tests/hosts/ranks_hierarchical.py"],
+                           extra_env={"HOST_OF": host_of, "TL_PATH": str(tl)}, layout=("4", hosts_arg))
+    try:
+        out, _ = proc.communicate(timeout=420)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-6000:]
+    assert out.count(" passed") == 4 and " failed" not in out, out[-6000:]

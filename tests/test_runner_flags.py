@@ -58,8 +58,10 @@ ACCEPTED = [
     (["--fusion-threshold-mb", "32"], knob("TFRING_FUSION_THRESHOLD", str(32 << 20))),
     (["--cycle-time-ms", "2.5"], knob("TFRING_CYCLE_TIME", "2.5")),
     (["--cache-capacity", "5"], knob("TFRING_CACHE_CAPACITY", "5")),
-    (["--no-hierarchical-allreduce"], lambda c, e, a: a.hierarchical_allreduce is False),
-    (["--no-hierarchical-allgather"], lambda c, e, a: a.hierarchical_allgather is False),
+    (["--hierarchical-allreduce"], knob("TFRING_HIERARCHICAL_ALLREDUCE", "1")),
+    (["--no-hierarchical-allreduce"], knob("TFRING_HIERARCHICAL_ALLREDUCE", "0")),
+    (["--hierarchical-allgather"], knob("TFRING_HIERARCHICAL_ALLGATHER", "1")),
+    (["--no-hierarchical-allgather"], knob("TFRING_HIERARCHICAL_ALLGATHER", "0")),
     (["--no-torus-allreduce"], lambda c, e, a: a.torus_allreduce is False),
     (["--autotune"], knob("TFRING_AUTOTUNE", "1")),
     (["--no-autotune"], knob("TFRING_AUTOTUNE", "0")),
@@ -102,8 +104,6 @@ ACCEPTED = [
 ]
 # argv -> the flag the one-line refusal names
 REFUSED = [
-    (["--hierarchical-allreduce"], "--hierarchical-allreduce"),
-    (["--hierarchical-allgather"], "--hierarchical-allgather"),
     (["--torus-allreduce"], "--torus-allreduce"),
     (["--autotune", "--autotune-steps-per-sample", "5"], "--autotune-steps-per-sample"),
     (["--autotune", "--autotune-bayes-opt-max-samples", "5"], "--autotune-bayes-opt-max-samples"),
@@ -117,7 +117,7 @@ REFUSED = [
     (["--gloo"], "--gloo"), (["--jsrun"], "--jsrun"),
     (["--cycle-time-ms", "-1"], "--cycle-time-ms"),
     (["--no-such-flag"], "--no-such-flag"), (["-np", "x"], "-np"), (["--log-level", "loud"], "--log-level"),
-    (["--hierarchical-allreduce", "--no-hierarchical-allreduce"], "--no-hierarchical-allreduce"),
+    (["--torus-allreduce", "--no-torus-allreduce"], "--no-torus-allreduce"),
     (["-H", "h1", "-hostfile", "f"], "-hostfile"), (["--gloo", "--mpi"], "--mpi"),
 ]
 
@@ -197,6 +197,7 @@ def test_config_file_whole_layout_and_command_line_wins(tmp_path):
     _, env = plan(args, {})
     assert {k: v for k, v in env.items() if k.startswith(("TFRING_", "MPI4PY"))} == {
         "TFRING_FUSION_THRESHOLD": str(32 << 20), "TFRING_CYCLE_TIME": "2.5", "TFRING_CACHE_CAPACITY": "10",
+        "TFRING_HIERARCHICAL_ALLREDUCE": "0", "TFRING_HIERARCHICAL_ALLGATHER": "0",
         "TFRING_AUTOTUNE": "1", "TFRING_AUTOTUNE_LOG": "tune.csv", "TFRING_AUTOTUNE_WARMUP_SAMPLES": "2",
         "TFRING_AUTOTUNE_SAMPLE_SECONDS": "0.5", "TFRING_TIMELINE": "tl.json", "TFRING_TIMELINE_MARK_CYCLES": "1",
         "TFRING_STALL_CHECK_DISABLE": "1", "TFRING_STALL_CHECK_TIME_SECONDS": "30.0",
@@ -226,7 +227,7 @@ def test_config_file_whole_layout_and_command_line_wins(tmp_path):
     ("- a\n- b\n", ["expected a mapping"]),
     ("controller: gloo\n", ["controller", "Gloo controller is not built"]),
     ("controller: tcp\n", ["controller", "'tcp'", "one of gloo, mpi"]),
-    ("params: {hierarchical_allreduce: true}\n", ["params.hierarchical_allreduce: True", "not built"]),
+    ("params: {torus_allreduce: true}\n", ["params.torus_allreduce: True", "not built"]),
     ("library_options: {thread_affinity: 1}\n", ["library_options.thread_affinity: 1", "not built"]),
     ("autotune: {enabled: true, bayes_opt_max_samples: 3}\n", ["autotune.bayes_opt_max_samples: 3"]),
     ("params: {cycle_time_ms: -2}\n", ["params.cycle_time_ms: -2", ">= 0"]),
@@ -245,7 +246,7 @@ def test_config_errors_are_one_line_naming_file_key_value(tmp_path, capsys, text
 
 def test_config_asking_an_unbuilt_feature_off_is_accepted(tmp_path):
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("controller: mpi\nparams: {hierarchical_allreduce: false, hierarchical_allgather: false}\n"
+    cfg.write_text("controller: mpi\nparams: {torus_allreduce: false}\n"
                    "library_options: {num_nccl_streams: 1, gloo_timeout_seconds: 5}\n"
                    "autotune: {enabled: false, bayes_opt_max_samples: 3, gaussian_process_noise: 0.2}\n"
                    "logging:\nstall_check: {enabled: true}\n")

@@ -70,9 +70,9 @@ def build_parser():
     g.add_argument("--cycle-time-ms", type=float, help="milliseconds between negotiation cycles")
     g.add_argument("--cache-capacity", type=int, help="response cache entries (0 disables the cache)")
     _pair(g, "--hierarchical-allreduce", "--no-hierarchical-allreduce", "hierarchical_allreduce",
-          "not built (refused); --no-hierarchical-allreduce is accepted", "accepted: tfring's allreduce is a ring")
+          "allreduce within each host, then across hosts (TFRING_HIERARCHICAL_ALLREDUCE)", "flat allreduce")
     _pair(g, "--hierarchical-allgather", "--no-hierarchical-allgather", "hierarchical_allgather",
-          "not built (refused); --no-hierarchical-allgather is accepted", "accepted")
+          "allgather within each host, then across hosts (TFRING_HIERARCHICAL_ALLGATHER)", "flat allgather")
     _pair(g, "--torus-allreduce", "--no-torus-allreduce", "torus_allreduce",
           "not built (refused); --no-torus-allreduce is accepted", "accepted")
 
@@ -153,6 +153,8 @@ KNOB_FLAGS = {
     "no_stall_check": ("TFRING_STALL_CHECK_DISABLE", lambda v: "1" if v else "0"),
     "stall_check_warning_time_seconds": ("TFRING_STALL_CHECK_TIME_SECONDS", str),
     "stall_check_shutdown_time_seconds": ("TFRING_STALL_SHUTDOWN_TIME_SECONDS", str),
+    "hierarchical_allreduce": ("TFRING_HIERARCHICAL_ALLREDUCE", lambda v: "1" if v else "0"),
+    "hierarchical_allgather": ("TFRING_HIERARCHICAL_ALLGATHER", lambda v: "1" if v else "0"),
     "autotune": ("TFRING_AUTOTUNE", lambda v: "1" if v else "0"),
     "autotune_log_file": ("TFRING_AUTOTUNE_LOG", str),
     "autotune_warmup_samples": ("TFRING_AUTOTUNE_WARMUP_SAMPLES", str),
@@ -166,8 +168,6 @@ REFUSED = {
     "use_gloo": (bool, "the Gloo controller is not built in tfring (it runs on MPI); drop it or pass --mpi"),
     "use_jsrun": (bool, "jsrun/LSF launching is not built in tfring; list the allocation's hosts with -H or "
                         "-hostfile"),
-    "hierarchical_allreduce": (bool, "hierarchical allreduce is not built in tfring (it runs a ring allreduce)"),
-    "hierarchical_allgather": (bool, "hierarchical allgather is not built in tfring"),
     "torus_allreduce": (bool, "torus allreduce is not built in tfring (it runs a ring allreduce)"),
     "thread_affinity": (lambda v: v is not None, "pinning the background thread to a core is not built in tfring"),
     "num_nccl_streams": (lambda v: v not in (None, 1), "tfring uses one NCCL stream per device; more streams "

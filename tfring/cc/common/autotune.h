@@ -15,8 +15,10 @@ namespace tfring {
 struct TunedParams {
   int64_t fusion_threshold_bytes = 0;
   double cycle_time_ms = 0;
+  int hierarchical = 0;  // bit 0: hierarchical allreduce, bit 1: hierarchical allgather (never tuned: carried)
   bool operator==(const TunedParams& o) const {
-    return fusion_threshold_bytes == o.fusion_threshold_bytes && cycle_time_ms == o.cycle_time_ms;
+    return fusion_threshold_bytes == o.fusion_threshold_bytes && cycle_time_ms == o.cycle_time_ms &&
+           hierarchical == o.hierarchical;
   }
 };
 

@@ -21,6 +21,7 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   out->stall_report.clear();
   out->tuned_fusion_threshold = -1;
   out->tuned_cycle_time_ms = -1;
+  out->tuned_hierarchical = -1;
   Cycle c;
   c.stall_on = options_.stall.clock && options_.stall.warn_seconds + options_.stall.shutdown_seconds > 0;
   c.now = c.stall_on ? options_.stall.clock() : 0;
@@ -136,6 +137,7 @@ void Controller::MergeDecided(ResponseList decided, ResponseList* out) {
   out->shutdown_rank = decided.shutdown_rank;
   out->tuned_fusion_threshold = decided.tuned_fusion_threshold;
   out->tuned_cycle_time_ms = decided.tuned_cycle_time_ms;
+  out->tuned_hierarchical = decided.tuned_hierarchical;
 }
 
 Status Controller::FullRound(std::vector<Request> uncached, bool shutdown, ResponseList* decided) {
@@ -156,6 +158,7 @@ Status Controller::FullRound(std::vector<Request> uncached, bool shutdown, Respo
     if (has_proposal_) {
       built.tuned_fusion_threshold = proposal_.fusion_threshold_bytes;
       built.tuned_cycle_time_ms = proposal_.cycle_time_ms;
+      built.tuned_hierarchical = proposal_.hierarchical;
       has_proposal_ = false;
     }
     bytes = Encode(built);

@@ -106,6 +106,12 @@ const std::vector<Knob>& KnobTable() {
       Int("TFRING_OUTPUT_CACHE_BYTES", "268435456", 0, 1e15, &Settings::output_cache_bytes,
           "Idle bytes of freed collective outputs (>= 256 KiB each, CPU) kept mapped for reuse by later outputs "
           "of the same size, so they do not page-fault on first touch (0 disables; read once per process)."),
+      Bool("TFRING_HIERARCHICAL_ALLREDUCE", "0", &Settings::hierarchical_allreduce,
+           "1: allreduce within each host first (shared memory), then across hosts among one rank per host (or "
+           "per shard), then within the host again. Rank 0's value applies to every rank; no effect on one host."),
+      Bool("TFRING_HIERARCHICAL_ALLGATHER", "0", &Settings::hierarchical_allgather,
+           "1: allgather within each host to its first rank, across hosts among those, then broadcast within the "
+           "host. Rank 0's value applies to every rank; no effect on one host."),
       Bool("TFRING_AUTOTUNE", "0", &Settings::autotune,
            "1: rank 0 tunes the fusion threshold and cycle time online from measured collective throughput and "
            "ships each setting to all ranks; it ends with the best one."),

@@ -21,10 +21,12 @@ struct Settings {
   bool stall_check_disable;
   std::string timeline_path;  // empty = no timeline
   bool timeline_mark_cycles;
-  int64_t mpi_max_count;       // elements per MPI call; larger collectives are chunked or refused
-  double gpu_timeout_seconds;  // deadline of one GPU collective (NCCL builds)
-  bool dynamic_process_sets;   // add/remove process sets after init
-  int64_t output_cache_bytes;  // idle freed outputs kept mapped (TF binding)
+  int64_t mpi_max_count;        // elements per MPI call; larger collectives are chunked or refused
+  double gpu_timeout_seconds;   // deadline of one GPU collective (NCCL builds)
+  bool dynamic_process_sets;    // add/remove process sets after init
+  int64_t output_cache_bytes;   // idle freed outputs kept mapped (TF binding)
+  bool hierarchical_allreduce;  // rank 0's values apply on every rank
+  bool hierarchical_allgather;
   bool autotune;
   std::string autotune_log;
   int64_t autotune_warmup_samples;

@@ -108,6 +108,7 @@ std::string Encode(const ResponseList& list) {
   w.Put(list.shutdown_rank);
   w.Put(list.tuned_fusion_threshold);
   w.Put(list.tuned_cycle_time_ms);
+  w.Put(list.tuned_hierarchical);
   w.Put<uint32_t>(list.responses.size());
   for (const auto& r : list.responses) {
     w.Put(r.kind);
@@ -136,7 +137,7 @@ Status Decode(const std::string& bytes, ResponseList* list) {
   uint32_t n;
   if (!rd.Get(&shutdown) || !rd.Get(&cacheable) || !rd.GetString(&list->stall_report) ||
       !rd.Get(&list->shutdown_rank) || !rd.Get(&list->tuned_fusion_threshold) || !rd.Get(&list->tuned_cycle_time_ms) ||
-      !rd.Get(&n))
+      !rd.Get(&list->tuned_hierarchical) || !rd.Get(&n))
     return Corrupt("response");
   list->shutdown = shutdown;
   list->cacheable = cacheable;

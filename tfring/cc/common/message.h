@@ -63,6 +63,7 @@ struct ResponseList {
   // (-1: unchanged). Shipped here so all ranks switch at the same cycle and fuse identically.
   int64_t tuned_fusion_threshold = -1;
   double tuned_cycle_time_ms = -1;
+  int32_t tuned_hierarchical = -1;  // TunedParams::hierarchical bits
 };
 
 std::string Encode(const RequestList& list);

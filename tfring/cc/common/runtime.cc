@@ -67,10 +67,11 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
   TFR_RETURN_IF_ERROR(CreateStaticSets(static_sets));
   fusion_threshold_ = settings_.fusion_threshold_bytes;
   cycle_time_ms_ = settings_.cycle_time_ms;
+  hierarchical_ = (settings_.hierarchical_allreduce ? 1 : 0) | (settings_.hierarchical_allgather ? 2 : 0);
   // Fusion decides how many MPI calls a cycle makes, so every rank must use the same threshold: rank 0's values
   // go to every rank in the first cycle, whatever each rank's environment says.
   auto global = sets_.Get(0);
-  if (topology_.rank == 0) global->controller->ProposeParameters({fusion_threshold_, cycle_time_ms_});
+  if (topology_.rank == 0) global->controller->ProposeParameters(tuned());
   autotuner_.reset();
   if (settings_.autotune && topology_.rank == 0) {
     AutotuneOptions tune;
@@ -78,7 +79,7 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
     tune.warmup_samples = static_cast<int>(settings_.autotune_warmup_samples);
     tune.sample_seconds = settings_.autotune_sample_seconds;
     tune.samples_per_candidate = static_cast<int>(settings_.autotune_samples_per_candidate);
-    autotuner_.reset(new Autotuner({fusion_threshold_, cycle_time_ms_}, tune));
+    autotuner_.reset(new Autotuner(tuned(), tune));
   }
   shutdown_requested_ = false;
   shutdown_rank_ = -1;
@@ -244,6 +245,7 @@ bool Runtime::Cycle(ProcessSet& set, bool shutdown, ResponseList* list) {
   if (list->tuned_fusion_threshold >= 0) {  // rank 0's settings (at start, or autotune): all switch this cycle
     fusion_threshold_ = list->tuned_fusion_threshold;
     cycle_time_ms_ = list->tuned_cycle_time_ms;
+    if (list->tuned_hierarchical >= 0) hierarchical_ = list->tuned_hierarchical;
     TFR_LOG(TFR_DEBUG, "settings from rank 0: fusion " << fusion_threshold_ << " B, cycle " << cycle_time_ms_ << " ms");
   }
   int64_t bytes = 0;
@@ -283,6 +285,7 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
       if (e && e->join_result) *e->join_result = id;
   } else {
     TimelineActivity activity(&timeline_, response.names, "EXECUTE");
+    set.backend->SetHierarchical(hierarchical_);  // rank 0's setting, identical on every rank at this point
     status = set.backend->Execute(response, entries);
   }
   if (!status.ok()) TFR_LOG(TFR_DEBUG, "collective failed: " << status.message());

@@ -28,7 +28,7 @@ class Runtime {
   bool initialized() const { return running_; }
   Topology topology() const { return topology_; }
   const Settings& settings() const { return settings_; }
-  TunedParams tuned() const { return {fusion_threshold_.load(), cycle_time_ms_.load()}; }
+  TunedParams tuned() const { return {fusion_threshold_.load(), cycle_time_ms_.load(), hierarchical_.load()}; }
 
   // Hands entries to the background thread; each entry's callback runs exactly once.
   void Enqueue(std::vector<TensorEntry> entries, int process_set_id = 0);
@@ -81,6 +81,7 @@ class Runtime {
   // Current values of the tunable knobs (the settings' values unless autotune changed them); background thread.
   std::atomic<int64_t> fusion_threshold_{0};
   std::atomic<double> cycle_time_ms_{0};
+  std::atomic<int> hierarchical_{0};
   std::unique_ptr<Autotuner> autotuner_;  // rank 0 with TFRING_AUTOTUNE=1
 };
 

@@ -26,7 +26,9 @@ class Backend {
   // entries[i] matches response.names[i]; nullptr where this rank has no entry (it joined).
   virtual Status Execute(const Response& response, const std::vector<TensorEntry*>& entries) = 0;
   virtual void Finalize() = 0;
-  virtual void SetTimeline(Timeline* timeline) = 0;  // phases inside a collective (copy in, MPI call, copy out)
+  virtual void SetTimeline(Timeline* timeline) = 0;
+  // TunedParams::hierarchical bits; every rank of the backend sets the same value before the same collective.
+  virtual void SetHierarchical(int bits) = 0;  // phases inside a collective (copy in, MPI call, copy out)
   // A backend over the subset `ranks` (ascending, in this backend's numbering): collective over every rank of
   // this backend; ranks outside the subset get null.
   virtual Status CreateSubset(const std::vector<int>& ranks, std::unique_ptr<Backend>* out) = 0;

@@ -19,6 +19,9 @@ Status MpiAllgather(MpiContext& ctx, const Response& r, const Entries& entries) 
   TFR_RETURN_IF_ERROR(e->context->AllocateOutput(e->output_index, out_shape, &e->output));
   if (rows == 0 || row_bytes == 0) return Status::OK();
   RowType row(row_bytes);
+  if (UseHierarchical(ctx, ctx.hierarchical_allgather))
+    return HierarchicalAllgatherv(ctx, r, e->input->data(), counts, row.get(), row_bytes,
+                                  static_cast<char*>(e->output->data()));
   TFR_CHECK_MPI(MPI_Allgatherv(e->input->data(), counts[ctx.rank], row.get(), e->output->data(), counts.data(),
                                displs.data(), row.get(), ctx.comm));
   return Status::OK();

@@ -14,10 +14,15 @@ constexpr int64_t kDirectBytes = 1 << 20;
 
 // MPI counts are int: reduce in chunks so tensors over 2^31 elements stay correct. in == out means in place.
 Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int64_t total) {
-  TimelineActivity mpi(ctx.timeline, r.names, "MPI_ALLREDUCE");
+  const bool hierarchical = UseHierarchical(ctx, ctx.hierarchical_allreduce);
+  TimelineActivity mpi(ctx.timeline, r.names, hierarchical ? "MPI_HIERARCHICAL_ALLREDUCE" : "MPI_ALLREDUCE");
   const int64_t esize = DataTypeSize(r.dtype), chunk = ctx.max_count;
   for (int64_t off = 0; off < total; off += chunk) {
     const int n = static_cast<int>(std::min(chunk, total - off));
+    if (hierarchical) {
+      TFR_RETURN_IF_ERROR(HierarchicalAllreduce(ctx, r, in + off * esize, out + off * esize, n));
+      continue;
+    }
     const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + off * esize);
     TFR_CHECK_MPI(MPI_Allreduce(send, out + off * esize, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype), ctx.comm));
   }

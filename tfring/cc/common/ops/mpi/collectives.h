@@ -18,6 +18,13 @@ Status MpiAlltoall(MpiContext& ctx, const Response& r, const Entries& entries);
 Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entries);
 Status MpiBarrier(MpiContext& ctx, const Response& r, const Entries& entries);
 
+// hierarchical.cc: whether the hierarchical path applies (asked for, several hosts, a host with several ranks);
+// allreduce of n elements (in == out: in place); allgather of rows[rank] rows per rank into out (rank order).
+bool UseHierarchical(const MpiContext& ctx, bool wanted);
+Status HierarchicalAllreduce(MpiContext& ctx, const Response& r, const char* in, char* out, int n);
+Status HierarchicalAllgatherv(MpiContext& ctx, const Response& r, const void* in, const std::vector<int>& rows,
+                              MPI_Datatype row, int64_t row_bytes, char* out);
+
 // A contiguous datatype of `row_bytes` so counts stay in rows (large tensors keep int counts small).
 class RowType {
  public:

@@ -127,6 +127,10 @@ class MpiBackend : public Backend {
   }
   void Finalize() override { ctx_.Finalize(); }
   void SetTimeline(Timeline* timeline) override { ctx_.timeline = timeline; }
+  void SetHierarchical(int bits) override {
+    ctx_.hierarchical_allreduce = bits & 1;
+    ctx_.hierarchical_allgather = bits & 2;
+  }
 
  private:
   MpiContext ctx_;

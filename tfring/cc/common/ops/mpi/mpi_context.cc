@@ -95,6 +95,16 @@ Status MpiContext::Init(MPI_Comm base) {
   std::vector<int> local_sizes(size);
   TFR_CHECK_MPI(MPI_Allgather(&local_size, 1, MPI_INT, local_sizes.data(), 1, MPI_INT, comm));
   homogeneous = std::all_of(local_sizes.begin(), local_sizes.end(), [&](int s) { return s == local_size; });
+  max_local = *std::max_element(local_sizes.begin(), local_sizes.end());
+  int host = cross_rank;  // meaningful on each host's first rank: its rank among the first ranks
+  TFR_CHECK_MPI(MPI_Bcast(&host, 1, MPI_INT, 0, local_comm));
+  host_of.assign(size, 0);
+  TFR_CHECK_MPI(MPI_Allgather(&host, 1, MPI_INT, host_of.data(), 1, MPI_INT, comm));
+  num_hosts = *std::max_element(host_of.begin(), host_of.end()) + 1;
+  host_order.resize(size);
+  for (int i = 0; i < size; ++i) host_order[i] = i;
+  std::stable_sort(host_order.begin(), host_order.end(), [&](int a, int b) { return host_of[a] < host_of[b]; });
+  hosts_consecutive = std::is_sorted(host_order.begin(), host_order.end());
   CreateUserOps();
   return Status::OK();
 }

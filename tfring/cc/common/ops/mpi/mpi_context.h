@@ -22,6 +22,12 @@ struct MpiContext {
   MPI_Comm cross_comm = MPI_COMM_NULL;
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool homogeneous = true;
+  // Hosts (shared-memory domains): index of each rank's host (= the cross rank of the host's first rank), the
+  // ranks grouped host by host, and whether that grouping is rank order (hierarchical.cc).
+  int num_hosts = 1, max_local = 1;
+  std::vector<int> host_of, host_order;
+  bool hosts_consecutive = true;
+  bool hierarchical_allreduce = false, hierarchical_allgather = false;  // rank 0's settings (every rank alike)
   int thread_level = MPI_THREAD_SINGLE;
   std::vector<char> fusion_buffer;
   Timeline* timeline = nullptr;    // rank 0's timeline, or null
