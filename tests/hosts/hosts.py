@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Emulated hosts for tests and benchmarks: network namespaces h1..hN on one bridge (root and iproute2 needed).
 
-    hosts.py up N | down | exec HOST CMD... | link HOST up|down | pids HOST
+    hosts.py up N | down | exec HOST CMD... | link HOST up|down | pids HOST | rate HOST RATE|off
 
 Each host HOST is the netns $NETNS_HOSTS_PREFIX-HOST (default prefix tfr) with address $NETNS_HOSTS_SUBNET.(10+i)
 (default subnet 10.231.0) on a veth into a bridge that lives in its own netns, so no traffic leaves those
 namespaces. `exec` runs CMD inside HOST with its own hostname (a private UTS namespace: Open MPI tells hosts apart
-by hostname); /etc/netns/<netns>/hosts names every host. `ssh` next to this file is the matching ssh stand-in."""
+by hostname); /etc/netns/<netns>/hosts names every host. `ssh` next to this file is the matching ssh stand-in.
+`rate` limits both directions of HOST's link with a tbf qdisc (e.g. 1gbit); this kernel has no netem, so links
+cannot be given extra delay (their own latency is the veth's, tens of microseconds)."""
 import os
 import subprocess
 import sys
@@ -89,6 +91,18 @@ def namespace_of(host):
     return ns
 
 
+def rate(host, value):
+    """tbf on HOST's eth0 (what it sends) and on its bridge port (what it receives); 'off' removes both."""
+    ns = namespace_of(host)
+    for netns, dev in ((ns, "eth0"), (BRIDGE, "p-" + host)):
+        ip("-n", netns, "link", "show", dev)  # fails clearly if the link is missing
+        subprocess.run(["tc", "-n", netns, "qdisc", "del", "dev", dev, "root"], stderr=subprocess.DEVNULL)
+        if value != "off":
+            # burst: at least one timer tick of traffic at this rate (tbf drops everything above it otherwise)
+            subprocess.run(["tc", "-n", netns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", value, "burst",
+                            "4mb", "latency", "100ms"], check=True)
+
+
 def main(argv):
     cmd, args = (argv[0], argv[1:]) if argv else ("", [])
     if cmd == "up" and len(args) == 1 and args[0].isdigit():
@@ -101,6 +115,8 @@ def main(argv):
     elif cmd == "link" and len(args) == 2 and args[1] in ("up", "down"):
         namespace_of(args[0])
         ip("-n", BRIDGE, "link", "set", "p-" + args[0], args[1])
+    elif cmd == "rate" and len(args) == 2:
+        rate(args[0], args[1])
     elif cmd == "pids" and len(args) == 1:
         print(ip("netns", "pids", namespace_of(args[0])).stdout, end="")
     else:
