@@ -51,7 +51,7 @@ TEST(AutotunerFindsTheBestSettingAndLogsIt) {
   std::stringstream all;
   all << log.rdbuf();
   const std::string text = all.str();
-  EXPECT(text.rfind("event,fusion_threshold_bytes,cycle_time_ms,bytes_per_second\n", 0) == 0);
+  EXPECT(text.rfind("event,fusion_threshold_bytes,cycle_time_ms,bytes_per_second,hierarchical\n", 0) == 0);
   EXPECT(text.find("best,4194304,2,") != std::string::npos);
   EXPECT(text.find("warmup,") != std::string::npos && text.find("sample,") != std::string::npos);
   std::remove(path);
@@ -94,4 +94,59 @@ TEST(AutotunerNeverRemeasuresTheStartingCycleTime) {
   EXPECT((cycles_tried == std::vector<double>{0.5, 2, 5}));
   EXPECT_EQ(t.best().cycle_time_ms, 0.5);
   EXPECT_EQ(t.best().fusion_threshold_bytes, 4 << 20);
+}
+
+// Runs a tuner with hierarchical allreduce offered against Rate() times `hier_gain` when bit 0 is set; returns
+// the best setting and counts the proposals.
+TunedParams TuneWithHierarchical(double hier_gain, int start_bits, int* proposals) {
+  AutotuneOptions o;
+  o.sample_seconds = 0.1;
+  o.tune_hierarchical = true;
+  Autotuner t({8 << 20, 1.0, start_bits}, o);
+  TunedParams in_force{8 << 20, 1.0, start_bits};
+  double now = 0;
+  *proposals = 0;
+  for (int step = 0; step < 100000 && !t.done(); ++step) {
+    TunedParams p;
+    if (t.TakeProposal(&p)) in_force = p, ++*proposals;
+    now += 0.01;
+    t.Record(static_cast<int64_t>(Rate(in_force) * (in_force.hierarchical & 1 ? hier_gain : 1) * 0.01), now);
+  }
+  TunedParams p;
+  if (t.TakeProposal(&p)) in_force = p;
+  EXPECT(t.done());
+  EXPECT(in_force == t.best());
+  return t.best();
+}
+
+TEST(AutotunerChoosesHierarchicalAllreduceWhenItIsFaster) {
+  int proposals = 0;
+  TunedParams best = TuneWithHierarchical(1.5, 2, &proposals);
+  EXPECT_EQ(best.hierarchical, 3);  // bit 0 switched on, the allgather bit carried through
+  EXPECT_EQ(best.fusion_threshold_bytes, 4 << 20);
+  EXPECT_EQ(best.cycle_time_ms, 2.0);
+  EXPECT_EQ(proposals, 7 + 3 + 1);  // thresholds, cycle times, the other allreduce path (then the best)
+  best = TuneWithHierarchical(0.5, 1, &proposals);
+  EXPECT_EQ(best.hierarchical, 0);  // started on, measured slower: switched off
+  best = TuneWithHierarchical(0.9, 0, &proposals);
+  EXPECT_EQ(best.hierarchical, 0);
+}
+
+TEST(AutotunerLeavesHierarchicalAloneWhenNotOffered) {
+  AutotuneOptions o;
+  o.sample_seconds = 0.1;
+  Autotuner t({8 << 20, 1.0, 1}, o);
+  double now = 0;
+  TunedParams in_force{8 << 20, 1.0, 1};
+  for (int step = 0; step < 100000 && !t.done(); ++step) {
+    TunedParams p;
+    if (t.TakeProposal(&p)) {
+      EXPECT_EQ(p.hierarchical, 1);  // every proposal carries the starting value
+      in_force = p;
+    }
+    now += 0.01;
+    t.Record(static_cast<int64_t>(Rate(in_force) * 0.01), now);
+  }
+  EXPECT(t.done());
+  EXPECT_EQ(t.best().hierarchical, 1);
 }

@@ -12,7 +12,7 @@ Autotuner::Autotuner(TunedParams start, AutotuneOptions options)
       warmup_left_(options_.warmup_samples) {
   if (!options_.log_path.empty()) {
     log_.open(options_.log_path, std::ios::out | std::ios::trunc);
-    log_ << "event,fusion_threshold_bytes,cycle_time_ms,bytes_per_second\n";
+    log_ << "event,fusion_threshold_bytes,cycle_time_ms,bytes_per_second,hierarchical\n";
     log_.flush();
   }
   if (options_.fusion_candidates.empty() || options_.cycle_candidates.empty()) {
@@ -42,7 +42,8 @@ bool Autotuner::TakeProposal(TunedParams* out) {
 
 void Autotuner::Log(const char* event, double score) {
   if (!log_.is_open()) return;
-  log_ << event << "," << current_.fusion_threshold_bytes << "," << current_.cycle_time_ms << "," << score << "\n";
+  log_ << event << "," << current_.fusion_threshold_bytes << "," << current_.cycle_time_ms << "," << score << ","
+       << current_.hierarchical << "\n";
   log_.flush();
 }
 
@@ -79,12 +80,7 @@ void Autotuner::FinishCandidate(double score) {
   Log("candidate", score);
   if (score > best_score_) best_score_ = score, best_ = current_;
   ++index_;
-  if (phase_ == FUSION && index_ >= options_.fusion_candidates.size()) phase_ = CYCLE, index_ = 0;
-  // The thresholds were measured at the starting cycle time: those pairs have scores already.
-  while (phase_ == CYCLE && index_ < options_.cycle_candidates.size() &&
-         options_.cycle_candidates[index_] == fusion_phase_cycle_)
-    ++index_;
-  if (phase_ == CYCLE && index_ >= options_.cycle_candidates.size()) phase_ = DONE;
+  NextPhaseIfDone();
   if (phase_ == DONE) {
     current_ = best_;
     Log("best", best_score_);
@@ -95,9 +91,22 @@ void Autotuner::FinishCandidate(double score) {
   TunedParams next = phase_ == FUSION ? current_ : best_;
   if (phase_ == FUSION)
     next.fusion_threshold_bytes = options_.fusion_candidates[index_];
-  else
+  else if (phase_ == CYCLE)
     next.cycle_time_ms = options_.cycle_candidates[index_];
+  else
+    next.hierarchical = best_.hierarchical ^ 1;  // the other allreduce path; the best one has its score
   Propose(next);
+}
+
+void Autotuner::NextPhaseIfDone() {
+  if (phase_ == FUSION && index_ >= options_.fusion_candidates.size()) phase_ = CYCLE, index_ = 0;
+  // The thresholds were measured at the starting cycle time: those pairs have scores already.
+  while (phase_ == CYCLE && index_ < options_.cycle_candidates.size() &&
+         options_.cycle_candidates[index_] == fusion_phase_cycle_)
+    ++index_;
+  if (phase_ == CYCLE && index_ >= options_.cycle_candidates.size())
+    phase_ = options_.tune_hierarchical ? HIERARCHICAL : DONE, index_ = 0;
+  if (phase_ == HIERARCHICAL && index_ >= 1) phase_ = DONE;  // one candidate: the path not yet measured
 }
 
 }  // namespace tfring

@@ -1,8 +1,10 @@
-// Online tuning of the fusion threshold and the cycle time (TFRING_AUTOTUNE=1). Runs on rank 0 only: it scores
+// Online tuning of the fusion threshold, the cycle time and, on jobs spanning hosts, hierarchical allreduce
+// (TFRING_AUTOTUNE=1). Runs on rank 0 only: it scores
 // each candidate setting by the collective bytes per second the job achieved while it was in force, and hands
 // every new setting to the controller, which ships it to all ranks inside a negotiated response list (so all
 // ranks switch at the same cycle and keep fusing identically). Coordinate search: the fusion threshold first
-// (at the starting cycle time), then the cycle time at the best threshold; then it keeps the best setting.
+// (at the starting cycle time), then the cycle time at the best threshold, then hierarchical allreduce off/on
+// (when offered); then it keeps the best setting.
 // Framework- and MPI-free: unit-tested with a fake clock.
 #pragma once
 #include <cstdint>
@@ -15,7 +17,7 @@ namespace tfring {
 struct TunedParams {
   int64_t fusion_threshold_bytes = 0;
   double cycle_time_ms = 0;
-  int hierarchical = 0;  // bit 0: hierarchical allreduce, bit 1: hierarchical allgather (never tuned: carried)
+  int hierarchical = 0;  // bit 0: hierarchical allreduce, bit 1: hierarchical allgather (tuned: bit 0 only)
   bool operator==(const TunedParams& o) const {
     return fusion_threshold_bytes == o.fusion_threshold_bytes && cycle_time_ms == o.cycle_time_ms &&
            hierarchical == o.hierarchical;
@@ -25,11 +27,12 @@ struct TunedParams {
 struct AutotuneOptions {
   std::vector<int64_t> fusion_candidates = {1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20};
   std::vector<double> cycle_candidates = {0.5, 1, 2, 5};
-  double sample_seconds = 1;      // one score = bytes over at least this much time...
-  int64_t min_sample_bytes = 1;   // ...and at least this many bytes (idle time is not scored)
-  int warmup_samples = 1;         // discarded after every switch (caches, allocator warm-up)
-  int samples_per_candidate = 3;  // the candidate's score is the median of these (this machine is noisy)
-  std::string log_path;           // CSV; empty = no log
+  bool tune_hierarchical = false;  // the runtime offers it when the job spans hosts and a host has several ranks
+  double sample_seconds = 1;       // one score = bytes over at least this much time...
+  int64_t min_sample_bytes = 1;    // ...and at least this many bytes (idle time is not scored)
+  int warmup_samples = 1;          // discarded after every switch (caches, allocator warm-up)
+  int samples_per_candidate = 3;   // the candidate's score is the median of these (this machine is noisy)
+  std::string log_path;            // CSV; empty = no log
 };
 
 class Autotuner {
@@ -44,9 +47,10 @@ class Autotuner {
   TunedParams current() const { return current_; }
 
  private:
-  enum Phase { FUSION = 0, CYCLE = 1, DONE = 2 };
+  enum Phase { FUSION = 0, CYCLE = 1, HIERARCHICAL = 2, DONE = 3 };
   void Propose(const TunedParams& p);
   void FinishCandidate(double score);
+  void NextPhaseIfDone();
   void Log(const char* event, double score);
 
   AutotuneOptions options_;

@@ -79,6 +79,8 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
     tune.warmup_samples = static_cast<int>(settings_.autotune_warmup_samples);
     tune.sample_seconds = settings_.autotune_sample_seconds;
     tune.samples_per_candidate = static_cast<int>(settings_.autotune_samples_per_candidate);
+    // Hierarchical allreduce only changes anything with several hosts and a host holding several ranks.
+    tune.tune_hierarchical = topology_.cross_size > 1 && (topology_.local_size > 1 || !topology_.homogeneous);
     autotuner_.reset(new Autotuner(tuned(), tune));
   }
   shutdown_requested_ = false;
