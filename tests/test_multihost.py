@@ -27,7 +27,7 @@ def _nh(*args, check=True, timeout=60):
 def hosts(tmp_path_factory):
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.skip("emulated hosts need root and iproute2")
-    up = _nh("up", "2", check=False)
+    up = _nh("up", "3", check=False)
     if up.returncode != 0:
         _nh("down", check=False)
         pytest.skip("could not create network namespaces: %s" % up.stdout.strip()[-300:])
@@ -108,9 +108,10 @@ def test_cut_link_ends_the_job_within_30_seconds(hosts, tmp_path):
     ("h1:3,h2:1", "", "0,0,0,1"),  # uneven hosts: reduce to each host's first rank
     ("h1:2,h2:2", "", "0,0,1,1"),  # even hosts: reduce-scatter within hosts, shards across
     ("h1:2,h2:2", "--map-by node", "0,1,0,1"),  # hosts hold non-consecutive ranks: allgather reorders
+    ("h1:2,h2:1,h3:1", "", "0,0,1,2"),  # a ring of 3 hosts for the cross-host step of large buffers
 ])
 def test_hierarchical_collectives_equal_flat(hosts, tmp_path, hosts_arg, mpi_args, host_of):
-    """tests/hosts/ranks_hierarchical.py on 4 ranks over 2 emulated hosts: values equal the flat collectives'
+    """tests/hosts/ranks_hierarchical.py on 4 ranks over 2-3 emulated hosts: values equal the flat collectives'
     on every rank, and rank 0's timeline shows the hierarchical path ran."""
     tl = tmp_path / "tl.json"
     proc = tfringrun_on_h1(hosts, ["--hierarchical-allreduce", "--hierarchical-allgather", "--timeline-filename",

@@ -5,6 +5,8 @@
 // - hosts with equal rank counts: reduce-scatter within the host, allreduce of each shard across hosts among the
 //   ranks with the same local rank (every host's link carries its shard in parallel), allgather within the host;
 // - uneven hosts (e.g. 3+1 ranks): reduce to the host's first rank, allreduce among those, broadcast in the host.
+// The cross-host allreduce of a large buffer is a ring (RingAllreduce), which keeps both directions of every
+// host's link busy.
 // Allgather: gather to the host's first rank, allgather of whole host blocks among those, broadcast in the host;
 // blocks arrive host by host, so rows are put back in rank order when hosts do not hold consecutive ranks.
 #include <cstring>
@@ -14,6 +16,49 @@
 
 namespace tfring {
 namespace {
+
+// From this many bytes the cross-host step is a ring. Measured on 2 emulated hosts (docs/scaling.md): Open MPI's
+// allreduce between 2 ranks sent the whole buffer one way and then back (a reduce, then a broadcast), leaving
+// each direction of the link idle half the time; a ring keeps both directions busy.
+constexpr int64_t kRingBytes = 256 << 10;
+
+// Ring allreduce of n elements in place over comm: reduce-scatter, then allgather, 2 (P-1) steps of n/P elements,
+// each sending to the next rank while receiving from the previous one. Every chunk is reduced in one order and
+// then copied, so every rank ends with the same bits.
+Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_Comm comm) {
+  int p = 1, me = 0;
+  TFR_CHECK_MPI(MPI_Comm_size(comm, &p));
+  TFR_CHECK_MPI(MPI_Comm_rank(comm, &me));
+  const int64_t esize = DataTypeSize(r.dtype);
+  const MPI_Datatype type = ctx.Type(r.dtype);
+  const MPI_Op op = ctx.Op(r.reduce_op, r.dtype);
+  std::vector<int> counts(p), displs(p);
+  for (int i = 0, off = 0; i < p; ++i) {
+    counts[i] = n / p + (i < n % p ? 1 : 0);
+    displs[i] = off;
+    off += counts[i];
+  }
+  if (static_cast<int64_t>(ctx.scratch.size()) < counts[0] * esize) ctx.scratch.resize(counts[0] * esize);
+  const int next = (me + 1) % p, prev = (me + p - 1) % p;
+  auto chunk = [&](int i) { return buf + static_cast<int64_t>(displs[(i % p + p) % p]) * esize; };
+  auto count = [&](int i) { return counts[(i % p + p) % p]; };
+  for (int s = 0; s < p - 1; ++s) {
+    TFR_CHECK_MPI(MPI_Sendrecv(chunk(me - s), count(me - s), type, next, 0, ctx.scratch.data(), count(me - s - 1), type,
+                               prev, 0, comm, MPI_STATUS_IGNORE));
+    TFR_CHECK_MPI(MPI_Reduce_local(ctx.scratch.data(), chunk(me - s - 1), count(me - s - 1), type, op));
+  }
+  for (int s = 0; s < p - 1; ++s)  // this rank holds the reduced chunk me + 1; pass the reduced chunks round
+    TFR_CHECK_MPI(MPI_Sendrecv(chunk(me + 1 - s), count(me + 1 - s), type, next, 1, chunk(me - s), count(me - s), type,
+                               prev, 1, comm, MPI_STATUS_IGNORE));
+  return Status::OK();
+}
+
+Status CrossAllreduce(MpiContext& ctx, const Response& r, char* buf, int n) {
+  const MPI_Datatype type = ctx.Type(r.dtype);
+  if (n * DataTypeSize(r.dtype) >= kRingBytes) return RingAllreduce(ctx, r, buf, n, ctx.cross_comm);
+  TFR_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, n, type, ctx.Op(r.reduce_op, r.dtype), ctx.cross_comm));
+  return Status::OK();
+}
 
 // One chunk of at most max_count elements, in place in `buf` (the caller copied the input there).
 Status ReduceScatterShards(MpiContext& ctx, const Response& r, char* buf, int n) {
@@ -31,8 +76,7 @@ Status ReduceScatterShards(MpiContext& ctx, const Response& r, char* buf, int n)
   // In place, MPI leaves this rank's reduced shard at the start of the buffer; move it to its place.
   TFR_CHECK_MPI(MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts.data(), type, op, ctx.local_comm));
   if (mine != buf && mine_bytes > 0) std::memmove(mine, buf, mine_bytes);
-  if (counts[ctx.local_rank] > 0)
-    TFR_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, mine, counts[ctx.local_rank], type, op, ctx.cross_comm));
+  if (counts[ctx.local_rank] > 0) TFR_RETURN_IF_ERROR(CrossAllreduce(ctx, r, mine, counts[ctx.local_rank]));
   TFR_CHECK_MPI(
       MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), type, ctx.local_comm));
   return Status::OK();
@@ -43,7 +87,7 @@ Status ReduceToHostRoot(MpiContext& ctx, const Response& r, char* buf, int n) {
   const MPI_Op op = ctx.Op(r.reduce_op, r.dtype);
   const bool root = ctx.local_rank == 0;
   TFR_CHECK_MPI(MPI_Reduce(root ? MPI_IN_PLACE : buf, root ? buf : nullptr, n, type, op, 0, ctx.local_comm));
-  if (root) TFR_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, n, type, op, ctx.cross_comm));
+  if (root) TFR_RETURN_IF_ERROR(CrossAllreduce(ctx, r, buf, n));
   TFR_CHECK_MPI(MPI_Bcast(buf, n, type, 0, ctx.local_comm));
   return Status::OK();
 }

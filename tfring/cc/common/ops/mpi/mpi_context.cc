@@ -116,6 +116,7 @@ void MpiContext::Finalize() {
   for (MPI_Comm* c : {&cross_comm, &local_comm, &comm})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   std::vector<char>().swap(fusion_buffer);
+  std::vector<char>().swap(scratch);
 }
 
 MPI_Datatype MpiContext::Type(DataType t) const {
