@@ -11,7 +11,7 @@ Step time = compute + the part of communication that backprop does not hide (ove
 scaling efficiency = compute / step. What it leaves out: reduction arithmetic (CPU time per byte), link sharing
 by several flows, MPI's own algorithm choice (Open MPI does not always run a ring), and TCP's slow start.
 
-    python benchmarks/cost_model.py --fit benchmarks/results/scaling.json --config 2x2@1gbit \\
+    python benchmarks/cost_model.py --fit docs/scaling.json --config 2x2@1gbit \\
         --hosts 32 --per-host 4 --grad-mb 178 --compute-ms 490 --overlap 0.5
 """
 import argparse

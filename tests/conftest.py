@@ -1,5 +1,6 @@
 """Shared helpers: run a rank-side pytest file under real MPI ranks and report every rank's output."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -24,21 +25,47 @@ def rank_env():
                # Never import the source tree's tfring/ (no compiled library there) by accident via the cwd:
                # tests run the installed package, or the tree named in PYTHONPATH by a developer.
                PYTHONSAFEPATH="1")
+    # A collective some rank never submits fails every rank after 2 minutes (default: 30 minutes) instead of holding the
+    # launch until its timeout; tests that exercise the stall inspector set their own values.
+    env.setdefault("TFRING_STALL_SHUTDOWN_TIME_SECONDS", "120")
     return env
 
 
+def kill_session(sid):
+    """SIGKILL every process of session `sid` (mpirun and its ranks, whatever process groups they made), so no
+    orphan keeps the output pipe open."""
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if os.getsid(pid) == sid:
+                os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def run_ranks(np_, args, timeout=600, env=None):
-    """Runs `python args...` on np_ ranks; returns the CompletedProcess (stdout+stderr merged)."""
+    """Runs `python args...` on np_ ranks; returns the CompletedProcess (stdout+stderr merged). A launch still
+    running at `timeout` is killed with every rank (its own process group) and fails the test with the output
+    the ranks wrote so far."""
     cmd = mpirun_command(np_) + [sys.executable] + list(args)
-    return subprocess.run(cmd, cwd=ROOT, env=env or rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env or rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_session(proc.pid)
+        out, _ = proc.communicate(timeout=30)
+        pytest.fail("%s on %d ranks still running after %d s (killed with every rank); output so far:\n%s" % (
+            " ".join(args), np_, timeout, (out or "")[-20000:]))
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 
-def run_rank_pytest(np_, test_file, timeout=900, extra_env=None):
-    """Each rank runs the same pytest file in the same order; any failing rank fails the job."""
+def run_rank_pytest(np_, test_file, timeout=600, extra_env=None):
+    """Each rank runs the same pytest file(s) (a path or a list) in the same order; any failing rank fails the
+    job."""
     env = rank_env()
     env.update(extra_env or {})
-    proc = run_ranks(np_, ["-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-x", test_file], timeout, env)
+    files = [test_file] if isinstance(test_file, str) else list(test_file)
+    proc = run_ranks(np_, ["-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-x"] + files, timeout, env)
     if proc.returncode != 0:
         pytest.fail("%s at np=%d failed (exit %d):\n%s" % (test_file, np_, proc.returncode, proc.stdout[-20000:]))
     return proc

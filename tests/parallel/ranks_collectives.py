@@ -164,12 +164,37 @@ def test_indexed_slices_integer_average_and_refusals():
             hvd.allreduce(slices, **kwargs)
 
 
-def test_compression_fp16_and_bf16():
-    x = tf.constant([1.0, 2.5, -3.0]) * (R + 1)
-    for comp in (hvd.Compression.fp16, hvd.Compression.bf16):
-        out = hvd.allreduce(x, op=hvd.Sum, compression=comp)
-        assert out.dtype == tf.float32
-        np.testing.assert_allclose(out.numpy(), np.array([1.0, 2.5, -3.0]) * sum(range(1, N + 1)), rtol=1e-2)
+# Each rank sends values the wire dtype cannot hold; the rounding is unambiguous (round-to-nearest-even, and every
+# sum of rounded values is exact in the wire dtype), so the result proves the values travelled in that dtype:
+# a no-op compression gives N * the input, the other 16-bit dtype gets at least one column wrong.
+WIRE_CASES = {
+    # fp16 (11-bit significand): 1+2^-11 is a tie -> 1; 2-2^-12 -> 2; -(1+2^-12) -> -1; 1+2^-8 is exact;
+    # 2^17 is beyond fp16's 65504 -> inf.
+    "fp16": ([1 + 2 ** -11, 2 - 2 ** -12, -(1 + 2 ** -12), 1 + 2 ** -8, 2.0 ** 17],
+             [1.0, 2.0, -1.0, 1 + 2 ** -8, np.inf]),
+    # bf16 (8-bit significand): 1+2^-8 is a tie -> 1; 2-2^-9 -> 2; -(1+2^-9) -> -1; 1+2^-11 -> 1; 2^17 is exact.
+    "bf16": ([1 + 2 ** -8, 2 - 2 ** -9, -(1 + 2 ** -9), 1 + 2 ** -11, 2.0 ** 17],
+             [1.0, 2.0, -1.0, 1.0, 2.0 ** 17]),
+}
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=lambda d: d.name)
+@pytest.mark.parametrize("wire", sorted(WIRE_CASES))
+def test_compression_rounds_to_the_wire_dtype(wire, dtype):
+    comp = getattr(hvd.Compression, wire)
+    sent, rounded = WIRE_CASES[wire]
+    x = tf.constant(sent, dtype)
+    assert not np.array_equal(x.numpy(), rounded)  # the input itself is not representable in the wire dtype
+    want = np.array(rounded) * N
+
+    @tf.function
+    def f(t):
+        return hvd.allreduce(t, op=hvd.Sum, compression=comp, name="wire_%s_%s" % (wire, dtype.name))
+    for out in (hvd.allreduce(x, op=hvd.Sum, compression=comp), f(x)):
+        assert out.dtype == dtype  # decompressed back to the input dtype
+        np.testing.assert_array_equal(out.numpy(), want)
+    # No compression: the exact values arrive (N * input is exact in float32 and float64).
+    np.testing.assert_array_equal(hvd.allreduce(x, op=hvd.Sum).numpy(), np.array(sent) * N)
 
 
 def test_barrier_and_topology():

@@ -102,14 +102,23 @@ def test_backward_passes_per_step_matches_double_batch():
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
 
 
-def test_fp16_compression_trains():
-    x, y = data(10, N * B)
-    xs, ys = my_shard(x, y, 10, B)
-    model = make_model()
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05), compression=hvd.Compression.fp16),
-                  loss="mse")
-    hist = model.fit(xs, ys, batch_size=B, epochs=3, shuffle=False, verbose=0)
-    assert hist.history["loss"][-1] < hist.history["loss"][0]
+# Gradients the wire dtype cannot hold, rounding unambiguously (ties to even) to 1, 2, -1 in it.
+WIRE_GRADS = {"none": ([1 + 2 ** -11, 2 - 2 ** -12, -(1 + 2 ** -12)], [1 + 2 ** -11, 2 - 2 ** -12, -(1 + 2 ** -12)]),
+              "fp16": ([1 + 2 ** -11, 2 - 2 ** -12, -(1 + 2 ** -12)], [1.0, 2.0, -1.0]),
+              "bf16": ([1 + 2 ** -8, 2 - 2 ** -9, -(1 + 2 ** -9)], [1.0, 2.0, -1.0])}
+
+
+@pytest.mark.parametrize("compression", sorted(WIRE_GRADS))
+def test_compression_rounds_the_gradients_on_the_wire(compression):
+    # loss = x . w with w = 0: the gradient is x itself, the same on every rank; one SGD(1) step sets w to
+    # -(the averaged gradient as it came off the wire). A no-op compression leaves the unrounded x.
+    sent, arrived = WIRE_GRADS[compression]
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), compression=getattr(hvd.Compression, compression))
+    model.compile(optimizer=opt, loss=lambda y_true, y_pred: y_pred)
+    x = np.array([sent], dtype="float32")
+    model.fit(x, np.zeros((1, 1), "float32"), batch_size=1, epochs=1, shuffle=False, verbose=0)
+    np.testing.assert_array_equal(model.get_weights()[0][:, 0], -np.array(arrived, "float32"))
     assert weights_equal_everywhere(model)
 
 

@@ -3,7 +3,6 @@ rank. The limit is lowered with TFRING_MPI_MAX_COUNT so the paths run on small t
 flight is refused on the rank that misused it."""
 import os
 import threading
-import time
 
 os.environ["TFRING_MPI_MAX_COUNT"] = "1000"
 
@@ -38,16 +37,31 @@ def test_counts_beyond_the_limit_fail_clearly_on_every_rank():
 
 
 def test_duplicate_name_in_flight_is_refused_locally():
-    if R == 0:
-        first = threading.Thread(target=lambda: hvd.allreduce(tf.ones([1]), name="dup_in_flight"))
-        first.start()
-        time.sleep(0.5)  # rank 1 has not submitted yet, so the first one is still in flight
-        with pytest.raises(tf.errors.InvalidArgumentError, match="'dup_in_flight' is already in flight"):
-            hvd.allreduce(tf.ones([1]), name="dup_in_flight")
-        first.join(timeout=30)
-    else:
-        time.sleep(1.5)
-        hvd.allreduce(tf.ones([1]), name="dup_in_flight")
+    # Rank 0 submits the same name twice from two threads while its peers hold back (behind a barrier): whichever
+    # call is enqueued first is in flight and must complete with the right sum once the peers submit; the other
+    # must be refused at once on rank 0 alone. No sleeps: the barrier orders the peers after the refusal.
+    outcomes, refused = {}, threading.Event()
+
+    def call(i):
+        try:
+            outcomes[i] = hvd.allreduce(tf.ones([1]), op=hvd.Sum, name="dup_in_flight").numpy().tolist()
+        except tf.errors.InvalidArgumentError as e:
+            outcomes[i] = e
+            refused.set()
+    threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(2)] if R == 0 else []
+    for t in threads:
+        t.start()
+    got_refusal = R != 0 or refused.wait(timeout=60)  # the peers wait at the barrier meanwhile
+    hvd.barrier()  # completes while rank 0's first call is still waiting for the peers
+    if R != 0:
+        assert hvd.allreduce(tf.ones([1]), op=hvd.Sum, name="dup_in_flight").numpy().tolist() == [N]
+        return
+    for t in threads:
+        t.join(timeout=60)
+    assert got_refusal and not any(t.is_alive() for t in threads), outcomes
+    errors = [o for o in outcomes.values() if isinstance(o, Exception)]
+    assert len(errors) == 1 and "'dup_in_flight' is already in flight" in str(errors[0]), outcomes
+    assert [o for o in outcomes.values() if not isinstance(o, Exception)] == [[float(N)]], outcomes
 
 
 def test_alltoall_beyond_the_limit_fails_on_every_rank_even_if_only_one_rank_sends_much():

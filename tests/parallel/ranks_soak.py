@@ -1,10 +1,10 @@
 """Soak: many random collectives (op, dtype, shape, name from a shared seed) submitted concurrently and in a
 different order on every rank; every result is checked against numpy and is bitwise identical across ranks.
-TFRING_SOAK_COUNT sets how many (CI: 600; the full run: 10000). The runtime's memory is bounded (response
-cache <= TFRING_CACHE_CAPACITY entries, fusion buffer <= max(threshold, largest tensor), empty queue between
-steps): once the sequence repeats (like training steps, period PERIOD), resident memory may not grow by more than
-64 MiB. (Distinct eager names do grow TensorFlow's kernel cache, ~35 KiB per name: that is TF's, and why names
-repeat here.)"""
+TFRING_SOAK_COUNT sets how many (CI: 600; the full run: 10000; at least 2 * PERIOD). The runtime's memory is
+bounded (response cache <= TFRING_CACHE_CAPACITY entries, fusion buffer <= max(threshold, largest tensor), empty
+queue between steps): once the sequence repeats (like training steps, period PERIOD), resident memory may not grow
+by more than 64 MiB from the end of the first period to the end of the run. (Distinct eager names do grow
+TensorFlow's kernel cache, ~35 KiB per name: that is TF's, and why names repeat here.)"""
 import hashlib
 import os
 import random
@@ -20,7 +20,7 @@ from rank_helpers import init  # noqa: E402
 
 R, N = init()
 COUNT = int(os.environ.get("TFRING_SOAK_COUNT", "600"))
-PERIOD = 400
+PERIOD = 288  # a whole number of batches of 16, so every period's batches (and names) are the same
 DTYPES = [tf.float32, tf.float64, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.uint8]
 KINDS = ["sum", "avg", "min", "max", "allgather", "broadcast", "alltoall", "reducescatter"]
 
@@ -88,6 +88,9 @@ def rss_mib():
 
 
 def test_soak_random_collectives_in_different_orders():
+    # The baseline is taken after one period: a shorter run would compare the memory with itself.
+    assert COUNT >= 2 * PERIOD, "TFRING_SOAK_COUNT=%d: at least %d (two periods) measure the memory" % (
+        COUNT, 2 * PERIOD)
     rng = random.Random(1234)  # the same sequence on every rank
     period = [spec(i, rng) for i in range(PERIOD)]
     specs = [dict(period[i % PERIOD], seed=i) for i in range(COUNT)]  # same names/ops each period, new values
@@ -95,12 +98,15 @@ def test_soak_random_collectives_in_different_orders():
     digest = hashlib.sha256()  # over results that are the same on every rank (not alltoall/reducescatter)
     failures = []
     batch = 16
-    rss_after_warmup = None
+    rss_after_warmup, measured = None, 0
     # One thread per collective of a batch: all are in flight at once, in a rank-specific order. (A smaller pool
     # would deadlock by design: each rank would block on collectives its peers have not started.)
     with ThreadPoolExecutor(batch) as pool:
         for start in range(0, COUNT, batch):
+            if start == PERIOD:  # every name, dtype and shape has been seen once
+                rss_after_warmup = rss_mib()
             chunk = specs[start:start + batch]
+            measured += len(chunk) if start >= PERIOD else 0
             # Within a batch names must be distinct (one collective per name in flight).
             seen, chunk_unique = set(), []
             for s in chunk:
@@ -123,10 +129,9 @@ def test_soak_random_collectives_in_different_orders():
                     failures.append(str(e)[:2000])
                 if s["kind"] not in ("alltoall", "reducescatter"):
                     digest.update(out.numpy().tobytes())
-            if rss_after_warmup is None and start >= PERIOD:
-                rss_after_warmup = rss_mib()
     digests = hvd.allgather_object(digest.hexdigest())
     assert not failures, "%d wrong results, first: %s" % (len(failures), failures[0])
     assert len(set(digests)) == 1, digests  # bitwise identical results on every rank
-    growth = rss_mib() - (rss_after_warmup or rss_mib())
-    assert growth < 64, "resident memory grew %.1f MiB after warm-up" % growth
+    assert rss_after_warmup is not None and measured >= PERIOD, (rss_after_warmup, measured)
+    growth = rss_mib() - rss_after_warmup
+    assert growth < 64, "resident memory grew %.1f MiB over %d collectives after warm-up" % (growth, measured)

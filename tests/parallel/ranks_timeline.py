@@ -13,16 +13,21 @@ R, N = init()
 
 
 def test_timeline_phases():
-    path = hvd.broadcast_object(os.path.join(tempfile.mkdtemp(), "timeline.json") if R == 0 else None, 0)
+    # Every rank names its own file: only rank 0 may create it (tfring ignores the path on the other ranks).
+    path = os.path.join(tempfile.mkdtemp(prefix="tfring-tl-rank%d-" % R), "timeline.json")
     hvd.start_timeline(path, mark_cycles=True)
     for _ in range(3):  # first through the coordinator, then the response cache
         hvd.allreduce(tf.ones([4]), name="tl_single")
     hvd.grouped_allreduce([tf.ones([2]), tf.ones([3])], name="tl_group")  # fused: copies in/out
     hvd.allgather(tf.ones([R + 1]), name="tl_gather")
+    written_while_running = os.listdir(os.path.dirname(path))
     hvd.stop_timeline()
     hvd.barrier()
+    written = hvd.allgather_object((written_while_running, os.listdir(os.path.dirname(path))))
+    assert written[0] == (["timeline.json"], ["timeline.json"]), written
+    for r in range(1, N):  # checked on every rank, for every non-zero rank
+        assert written[r] == ([], []), "rank %d wrote a timeline: %s" % (r, written)
     if R != 0:
-        assert not os.path.exists(path) or os.path.getsize(path) > 0
         return
     with open(path) as f:
         events = json.load(f)  # a complete JSON array
@@ -46,3 +51,23 @@ def test_timeline_phases():
         opened = sum(1 for e in events if e.get("tid") == tid and e.get("ph") == "B")
         closed = sum(1 for e in events if e.get("tid") == tid and e.get("ph") == "E")
         assert opened == closed, name
+
+
+def test_timeline_from_the_environment_only_on_rank_zero():
+    # TFRING_TIMELINE is read at init: re-initialize with a different path on every rank.
+    path = os.path.join(tempfile.mkdtemp(prefix="tfring-tl-env-rank%d-" % R), "timeline.json")
+    hvd.shutdown()
+    os.environ["TFRING_TIMELINE"] = path
+    try:
+        hvd.init()
+        hvd.allreduce(tf.ones([2]), name="tl_env")
+        hvd.stop_timeline()
+        hvd.barrier()
+    finally:
+        del os.environ["TFRING_TIMELINE"]
+    written = hvd.allgather_object(os.listdir(os.path.dirname(path)))
+    assert written == [["timeline.json"]] + [[]] * (N - 1), written
+    if R == 0:
+        with open(path) as f:
+            events = json.load(f)
+        assert any(e.get("args", {}).get("name") == "tl_env" for e in events if e.get("ph") == "M")

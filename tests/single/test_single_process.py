@@ -55,12 +55,7 @@ def test_identity_collectives_at_size_one():
     hvd.barrier()
 
 
-def test_ignore_name_scope_and_graph_names():
-    @tf.function
-    def f(x):
-        with tf.name_scope("outer"):
-            return hvd.allreduce(x, ignore_name_scope=True, name="plain")
-    assert f(tf.ones([2])).numpy().tolist() == [1.0, 1.0]
+# ignore_name_scope is an identity at size 1: tests/parallel/ranks_name_scope.py tests it on real ranks.
 
 
 def test_knob_table_lists_settings():

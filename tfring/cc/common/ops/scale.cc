@@ -89,6 +89,16 @@ void DivideBuffer(void* data, int64_t n, DataType dtype, int d) {
   }
 }
 
+bool CombinedScale(DataType dtype, double postscale, int divisor) {
+  return (dtype == DataType::FLOAT16 || dtype == DataType::BFLOAT16) && divisor > 1 && postscale != 1.0;
+}
+
+void FinishReduction(void* data, int64_t n, DataType dtype, double postscale, int divisor) {
+  if (CombinedScale(dtype, postscale, divisor)) return ScaleBuffer(data, n, dtype, postscale / divisor);
+  ScaleBuffer(data, n, dtype, postscale);
+  if (divisor > 1) DivideBuffer(data, n, dtype, divisor);
+}
+
 void ScaleBuffer(void* data, int64_t n, DataType dtype, double f) {
   if (f == 1.0 || n == 0) return;
   switch (dtype) {

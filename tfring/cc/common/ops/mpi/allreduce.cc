@@ -30,8 +30,7 @@ Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int
 }
 
 void Finish(MpiContext& ctx, const Response& r, void* buf, int64_t count) {
-  ScaleBuffer(buf, count, r.dtype, r.postscale);
-  if (r.reduce_op == ReduceOp::AVERAGE) DivideBuffer(buf, count, r.dtype, ctx.size - r.joined);
+  FinishReduction(buf, count, r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? ctx.size - r.joined : 1);
 }
 
 // One tensor reduced in its own output; a joined rank (no entry) contributes zeros from the fusion buffer.

@@ -25,8 +25,7 @@ Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entri
   ScaleBuffer(ctx.fusion_buffer.data(), total, r.dtype, r.prescale);
   TFR_CHECK_MPI(MPI_Reduce_scatter(ctx.fusion_buffer.data(), e->output->data(), counts.data(), ctx.Type(r.dtype),
                                    ctx.Op(r.reduce_op, r.dtype), ctx.comm));
-  ScaleBuffer(e->output->data(), counts[ctx.rank], r.dtype, r.postscale);
-  if (r.reduce_op == ReduceOp::AVERAGE) DivideBuffer(e->output->data(), counts[ctx.rank], r.dtype, n);
+  FinishReduction(e->output->data(), counts[ctx.rank], r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? n : 1);
   return Status::OK();
 }
 

@@ -1,4 +1,5 @@
 #include "../layout.h"
+#include "../scale.h"
 #include "collectives.h"
 #include "gpu_kernels.h"
 
@@ -41,8 +42,13 @@ Status NcclReducescatter(NcclComm& c, const Response& r, GpuEntries& entries) {
     TFR_NCCL(c, res);
     TFR_NCCL(c, end);
   }
-  TFR_RETURN_IF_ERROR(GpuScale(out, mine, r.dtype, r.postscale, c.stream));
-  if (r.reduce_op == ReduceOp::AVERAGE) TFR_RETURN_IF_ERROR(GpuDivide(out, mine, r.dtype, n, c.stream));
+  const int divisor = r.reduce_op == ReduceOp::AVERAGE ? n : 1;
+  if (CombinedScale(r.dtype, r.postscale, divisor)) {  // one rounding for 16-bit floats (scale.h)
+    TFR_RETURN_IF_ERROR(GpuScale(out, mine, r.dtype, r.postscale / divisor, c.stream));
+  } else {
+    TFR_RETURN_IF_ERROR(GpuScale(out, mine, r.dtype, r.postscale, c.stream));
+    if (divisor > 1) TFR_RETURN_IF_ERROR(GpuDivide(out, mine, r.dtype, divisor, c.stream));
+  }
   return Status::OK();
 }
 
