@@ -51,14 +51,15 @@ def parse_configs(text):
     return out
 
 
-def run_config(hosts, per_host, rate, shapes, fake_ssh, args):
+def run_config(hosts, per_host, rate, shapes, tmp, args):
+    """One configuration's job (rank 0 writes its JSON into `tmp`, which also holds the ssh stand-in)."""
     for i in range(1, 5):
         hosts_cmd("rate", "h%d" % i, rate)
-    out = tempfile.mktemp(suffix=".json")
+    out = os.path.join(tmp, "result.json")
     env = dict(os.environ, **NETNS)
     # All emulated hosts share this machine's 2 cores: waiting ranks must yield, not spin (Open MPI only does
     # that by itself when it knows a host is oversubscribed).
-    env.update(PATH=fake_ssh + os.pathsep + env["PATH"], TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1",
+    env.update(PATH=tmp + os.pathsep + env["PATH"], TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1",
                OMPI_MCA_mpi_yield_when_idle="1")
     cmd = [sys.executable, HOSTS_PY, "exec", "h1", sys.executable, "-m", "tfring.runner",
            "-np", str(hosts * per_host), "-H", ",".join("h%d:%d" % (i, per_host) for i in range(1, hosts + 1)),

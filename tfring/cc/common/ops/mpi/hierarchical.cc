@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "../../timeline.h"
+#include "../layout.h"
 #include "collectives.h"
 
 namespace tfring {
@@ -21,6 +22,13 @@ namespace {
 // allreduce between 2 ranks sent the whole buffer one way and then back (a reduce, then a broadcast), leaving
 // each direction of the link idle half the time; a ring keeps both directions busy.
 constexpr int64_t kRingBytes = 256 << 10;
+
+// n elements split over p parts as evenly as possible (layout.h), as MPI's int counts and displacements.
+void SplitEvenly(int n, int p, std::vector<int>* counts, std::vector<int>* displs) {
+  const std::vector<int64_t> c = EvenRowCounts(n, p), d = Offsets(c);
+  counts->assign(c.begin(), c.end());
+  displs->assign(d.begin(), d.end());
+}
 
 // Ring allreduce of n elements in place over comm: reduce-scatter, then allgather, 2 (P-1) steps of n/P elements,
 // each sending to the next rank while receiving from the previous one. Every chunk is reduced in one order and
@@ -32,12 +40,8 @@ Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_C
   const int64_t esize = DataTypeSize(r.dtype);
   const MPI_Datatype type = ctx.Type(r.dtype);
   const MPI_Op op = ctx.Op(r.reduce_op, r.dtype);
-  std::vector<int> counts(p), displs(p);
-  for (int i = 0, off = 0; i < p; ++i) {
-    counts[i] = n / p + (i < n % p ? 1 : 0);
-    displs[i] = off;
-    off += counts[i];
-  }
+  std::vector<int> counts, displs;
+  SplitEvenly(n, p, &counts, &displs);
   if (static_cast<int64_t>(ctx.scratch.size()) < counts[0] * esize) ctx.scratch.resize(counts[0] * esize);
   const int next = (me + 1) % p, prev = (me + p - 1) % p;
   auto chunk = [&](int i) { return buf + static_cast<int64_t>(displs[(i % p + p) % p]) * esize; };
@@ -65,12 +69,8 @@ Status ReduceScatterShards(MpiContext& ctx, const Response& r, char* buf, int n)
   const int64_t esize = DataTypeSize(r.dtype);
   const MPI_Datatype type = ctx.Type(r.dtype);
   const MPI_Op op = ctx.Op(r.reduce_op, r.dtype);
-  std::vector<int> counts(ctx.local_size), displs(ctx.local_size);
-  for (int i = 0, off = 0; i < ctx.local_size; ++i) {
-    counts[i] = n / ctx.local_size + (i < n % ctx.local_size ? 1 : 0);
-    displs[i] = off;
-    off += counts[i];
-  }
+  std::vector<int> counts, displs;
+  SplitEvenly(n, ctx.local_size, &counts, &displs);
   char* mine = buf + static_cast<int64_t>(displs[ctx.local_rank]) * esize;
   const int64_t mine_bytes = static_cast<int64_t>(counts[ctx.local_rank]) * esize;
   // In place, MPI leaves this rank's reduced shard at the start of the buffer; move it to its place.
@@ -109,11 +109,10 @@ Status HierarchicalAllgatherv(MpiContext& ctx, const Response& r, const void* in
   std::vector<int64_t> offset(ctx.size);  // rows before each rank in rank order
   for (int i = 1; i < ctx.size; ++i) offset[i] = offset[i - 1] + rows[i - 1];
   const int64_t total = offset[ctx.size - 1] + rows[ctx.size - 1];
-  std::vector<char> staging;
-  char* blocks = out;  // hosts holding consecutive ranks: host order is rank order, no staging
-  if (!ctx.hosts_consecutive) {
-    staging.resize(total * row_bytes);
-    blocks = staging.data();
+  char* blocks = out;            // hosts holding consecutive ranks: host order is rank order, no staging
+  if (!ctx.hosts_consecutive) {  // staged in the kept scratch buffer (fresh pages fault on first touch)
+    if (static_cast<int64_t>(ctx.scratch.size()) < total * row_bytes) ctx.scratch.resize(total * row_bytes);
+    blocks = ctx.scratch.data();
   }
   // Local gather at the host root, at the host block's place in `blocks`.
   std::vector<int> local_counts(ctx.local_size), local_displs(ctx.local_size);

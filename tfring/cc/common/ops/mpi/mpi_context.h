@@ -30,7 +30,7 @@ struct MpiContext {
   bool hierarchical_allreduce = false, hierarchical_allgather = false;  // rank 0's settings (every rank alike)
   int thread_level = MPI_THREAD_SINGLE;
   std::vector<char> fusion_buffer;
-  std::vector<char> scratch;       // the hierarchical ring's receive buffer (kept: fresh pages fault on first touch)
+  std::vector<char> scratch;       // hierarchical.cc: ring receive buffer, allgather staging (kept: no page faults)
   Timeline* timeline = nullptr;    // rank 0's timeline, or null
   int64_t max_count = 2147483647;  // per MPI call (TFRING_MPI_MAX_COUNT)
 

@@ -1,5 +1,4 @@
 #include "../layout.h"
-#include "../scale.h"
 #include "collectives.h"
 #include "gpu_kernels.h"
 
@@ -35,13 +34,8 @@ Status NcclAllreduce(NcclComm& c, const Response& r, GpuEntries& entries) {
   }
   TFR_RETURN_IF_ERROR(GpuScale(buf, count, r.dtype, r.prescale, c.stream));
   TFR_NCCL(c, ncclAllReduce(buf, buf, count, type, NcclOp(r.reduce_op), c.comm, c.stream));
-  const int divisor = r.reduce_op == ReduceOp::AVERAGE ? c.size : 1;
-  if (CombinedScale(r.dtype, r.postscale, divisor)) {  // one rounding for 16-bit floats (scale.h)
-    TFR_RETURN_IF_ERROR(GpuScale(buf, count, r.dtype, r.postscale / divisor, c.stream));
-  } else {
-    TFR_RETURN_IF_ERROR(GpuScale(buf, count, r.dtype, r.postscale, c.stream));
-    if (divisor > 1) TFR_RETURN_IF_ERROR(GpuDivide(buf, count, r.dtype, divisor, c.stream));
-  }
+  TFR_RETURN_IF_ERROR(
+      GpuFinishReduction(buf, count, r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? c.size : 1, c.stream));
   if (!single)
     for (size_t i = 0; i < entries.size(); ++i)
       TFR_RETURN_IF_ERROR(

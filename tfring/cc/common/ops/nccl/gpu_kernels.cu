@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "../scale.h"
 #include "gpu_kernels.h"
 
 namespace tfring {
@@ -132,6 +133,12 @@ Status GpuDivide(void* data, int64_t n, DataType dtype, int d, void* stream) {
       DivideKernel<T><<<Blocks(n), kThreads, 0, s>>>(p, n, d);
   });
   return LaunchStatus("the divide kernel");
+}
+
+Status GpuFinishReduction(void* data, int64_t n, DataType dtype, double postscale, int divisor, void* stream) {
+  if (CombinedScale(dtype, postscale, divisor)) return GpuScale(data, n, dtype, postscale / divisor, stream);
+  TFR_RETURN_IF_ERROR(GpuScale(data, n, dtype, postscale, stream));
+  return divisor > 1 ? GpuDivide(data, n, dtype, divisor, stream) : Status::OK();
 }
 
 }  // namespace tfring

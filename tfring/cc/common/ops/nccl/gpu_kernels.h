@@ -10,5 +10,7 @@ namespace tfring {
 
 Status GpuScale(void* data, int64_t count, DataType dtype, double factor, void* stream);
 Status GpuDivide(void* data, int64_t count, DataType dtype, int divisor, void* stream);
+// ../scale.h FinishReduction on the GPU: postscale, then Average's division (one rounding for 16-bit floats).
+Status GpuFinishReduction(void* data, int64_t count, DataType dtype, double postscale, int divisor, void* stream);
 
 }  // namespace tfring

@@ -1,5 +1,4 @@
 #include "../layout.h"
-#include "../scale.h"
 #include "collectives.h"
 #include "gpu_kernels.h"
 
@@ -42,13 +41,8 @@ Status NcclReducescatter(NcclComm& c, const Response& r, GpuEntries& entries) {
     TFR_NCCL(c, res);
     TFR_NCCL(c, end);
   }
-  const int divisor = r.reduce_op == ReduceOp::AVERAGE ? n : 1;
-  if (CombinedScale(r.dtype, r.postscale, divisor)) {  // one rounding for 16-bit floats (scale.h)
-    TFR_RETURN_IF_ERROR(GpuScale(out, mine, r.dtype, r.postscale / divisor, c.stream));
-  } else {
-    TFR_RETURN_IF_ERROR(GpuScale(out, mine, r.dtype, r.postscale, c.stream));
-    if (divisor > 1) TFR_RETURN_IF_ERROR(GpuDivide(out, mine, r.dtype, divisor, c.stream));
-  }
+  TFR_RETURN_IF_ERROR(
+      GpuFinishReduction(out, mine, r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? n : 1, c.stream));
   return Status::OK();
 }
 
