@@ -34,6 +34,9 @@ def init(comm=None, process_sets=None):
         return
     _lib.prepare_mpi_environment()
     from mpi4py import MPI  # initializes MPI (THREAD_MULTIPLE) and finalizes it at interpreter exit
+    from tfring.elastic import _world
+    if comm is None and _world.enabled():
+        comm = _world.base_comm()  # an elastic job's current membership (a spawned rank merges in here)
     if comm is None:
         handle = -1
     elif isinstance(comm, MPI.Comm):

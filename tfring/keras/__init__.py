@@ -5,6 +5,8 @@ here too; this module adds the Keras `DistributedOptimizer`, the `callbacks`, `l
 take numpy or Keras values. Keras 3 by default; with TF_USE_LEGACY_KERAS=1 (tf_keras, Keras 2) the optimizer,
 callbacks and SyncBatchNormalization are tf_keras ones.
 """
+import importlib
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -135,3 +137,6 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=Tr
 def _legacy_keras():
     import os
     return os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
+
+# hvd.elastic.KerasState, as horovod.tensorflow.keras (the star import bound tfring.elastic to the name already)
+elastic = importlib.import_module("tfring.keras.elastic")

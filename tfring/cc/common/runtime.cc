@@ -216,7 +216,7 @@ void Runtime::Loop() {
     last_cycle = std::chrono::steady_clock::now();
     timeline_.Cycle();
     ResponseList list;
-    if (!Cycle(*sets[0], shutdown_requested_ || !loop_status_.ok(), &list)) break;
+    if (!Cycle(*sets[0], shutdown_requested_ || !loop_status_.ok(), &list) || WorkerFailed()) break;
     if (list.shutdown) {
       shutdown_rank_ = list.shutdown_rank;
       break;
@@ -232,6 +232,7 @@ void Runtime::Loop() {
         for (auto& e : set->queue->Close(loop_status_)) e.callback(loop_status_);
       }
     }
+    if (WorkerFailed()) break;
   }
   loop_done_ = true;
   FailAll(CheckReady());
@@ -240,6 +241,7 @@ void Runtime::Loop() {
 bool Runtime::Cycle(ProcessSet& set, bool shutdown, ResponseList* list) {
   Status s = set.controller->ComputeResponseList(shutdown, list);
   if (!s.ok()) {
+    if (s.code() == StatusCode::WORKERS_FAILED) return !OnWorkerFailure(s);
     TFR_LOG(TFR_ERROR, "negotiation failed" << set.label().Where() << ", stopping: " << s.message());
     loop_status_ = s;
     return false;
@@ -291,10 +293,24 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
     status = set.backend->Execute(response, entries);
   }
   if (!status.ok()) TFR_LOG(TFR_DEBUG, "collective failed: " << status.message());
+  if (status.code() == StatusCode::WORKERS_FAILED) OnWorkerFailure(status);
   for (size_t i = 0; i < entries.size(); ++i)
     TFR_LOG(TFR_TRACE, "done " << response.names[i] << (entries[i] ? "" : " (no local entry)"));
   for (auto* e : entries)
     if (e) e->callback(status);
+}
+
+bool Runtime::OnWorkerFailure(const Status& status) {
+  if (WorkerFailed()) return true;
+  // Revoke every communicator first: a peer blocked in a ring step with a live neighbour, or in another set's
+  // negotiation, returns at once instead of waiting for a message that will never come. The loop then ends and
+  // every queued collective fails with WORKERS_FAILED (tfring.elastic rolls back and rebuilds on the survivors).
+  TFR_LOG(TFR_WARNING, status.message() << "; revoking the communicators");
+  for (auto& set : sets_.All())
+    if (set->owned) set->owned->Revoke();
+  backend_->Revoke();
+  loop_status_ = status;
+  return true;
 }
 
 bool Runtime::PerformOnGpu(const Response& response, std::vector<TensorEntry>* taken, Status* status) {

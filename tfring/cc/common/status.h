@@ -5,7 +5,16 @@
 
 namespace tfring {
 
-enum class StatusCode { OK = 0, INVALID_ARGUMENT, PRECONDITION_ERROR, ABORTED, UNKNOWN, DEADLINE_EXCEEDED };
+// WORKERS_FAILED: a peer process died or left (ULFM); the communicators are revoked and elastic jobs reset.
+enum class StatusCode {
+  OK = 0,
+  INVALID_ARGUMENT,
+  PRECONDITION_ERROR,
+  ABORTED,
+  UNKNOWN,
+  DEADLINE_EXCEEDED,
+  WORKERS_FAILED
+};
 
 class Status {
  public:
@@ -17,6 +26,7 @@ class Status {
   static Status Aborted(std::string m) { return {StatusCode::ABORTED, std::move(m)}; }
   static Status Unknown(std::string m) { return {StatusCode::UNKNOWN, std::move(m)}; }
   static Status DeadlineExceeded(std::string m) { return {StatusCode::DEADLINE_EXCEEDED, std::move(m)}; }
+  static Status WorkersFailed(std::string m) { return {StatusCode::WORKERS_FAILED, std::move(m)}; }
   bool ok() const { return code_ == StatusCode::OK; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return msg_; }

@@ -65,6 +65,8 @@ tfw::Status ToTF(const Status& s) {
       return tfw::errors::Aborted(s.message());
     case StatusCode::DEADLINE_EXCEEDED:
       return tfw::errors::DeadlineExceeded(s.message());
+    case StatusCode::WORKERS_FAILED:  // tfring.elastic turns it into HorovodInternalError
+      return tfw::errors::Unavailable(s.message());
     default:
       return tfw::errors::Unknown(s.message());
   }

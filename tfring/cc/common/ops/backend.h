@@ -26,6 +26,8 @@ class Backend {
   // entries[i] matches response.names[i]; nullptr where this rank has no entry (it joined).
   virtual Status Execute(const Response& response, const std::vector<TensorEntry*>& entries) = 0;
   virtual void Finalize() = 0;
+  // After a worker failed: makes every peer's pending and future calls on this backend fail (no-op without ULFM).
+  virtual void Revoke() {}
   virtual void SetTimeline(Timeline* timeline) = 0;
   // TunedParams::hierarchical bits; every rank of the backend sets the same value before the same collective.
   virtual void SetHierarchical(int bits) = 0;  // phases inside a collective (copy in, MPI call, copy out)

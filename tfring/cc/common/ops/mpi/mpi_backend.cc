@@ -126,6 +126,7 @@ class MpiBackend : public Backend {
     return Status::Unknown("tfring: unknown collective");
   }
   void Finalize() override { ctx_.Finalize(); }
+  void Revoke() override { ctx_.Revoke(); }
   void SetTimeline(Timeline* timeline) override { ctx_.timeline = timeline; }
   void SetHierarchical(int bits) override {
     ctx_.hierarchical_allreduce = bits & 1;

@@ -64,10 +64,24 @@ void CreateUserOps() {
 
 }  // namespace
 
+bool IsProcessFailure(int rc) {
+#ifdef TFRING_HAVE_ULFM
+  int cls = rc;
+  MPI_Error_class(rc, &cls);
+  return cls == MPIX_ERR_PROC_FAILED || cls == MPIX_ERR_PROC_FAILED_PENDING || cls == MPIX_ERR_REVOKED;
+#else
+  (void)rc;
+  return false;
+#endif
+}
+
 Status MpiError(const char* call, int rc) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
+  if (IsProcessFailure(rc))
+    return Status::WorkersFailed(std::string("tfring: a worker process failed or left the job (") + call + ": " +
+                                 std::string(msg, len) + ")");
   return Status::Unknown(std::string("tfring: ") + call + " failed: " + std::string(msg, len));
 }
 
@@ -107,6 +121,13 @@ Status MpiContext::Init(MPI_Comm base) {
   hosts_consecutive = std::is_sorted(host_order.begin(), host_order.end());
   CreateUserOps();
   return Status::OK();
+}
+
+void MpiContext::Revoke() {
+#ifdef TFRING_HAVE_ULFM
+  for (MPI_Comm c : {comm, local_comm, cross_comm})
+    if (c != MPI_COMM_NULL) MPIX_Comm_revoke(c);
+#endif
 }
 
 void MpiContext::Finalize() {

@@ -2,6 +2,14 @@
 // and reduction-op tables (with user ops for float16/bfloat16), and the fusion buffer.
 #pragma once
 #include <mpi.h>
+#if defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+#endif
+#if defined(MPIX_ERR_PROC_FAILED) && defined(MPIX_ERR_REVOKED)
+#define TFRING_HAVE_ULFM 1  // Open MPI's fault-tolerance extension: revoke/shrink for elastic jobs
+#endif
 
 #include <string>
 #include <vector>
@@ -14,7 +22,9 @@ namespace tfring {
 
 class Timeline;
 
+// A ULFM process-failure code (MPI_ERR_PROC_FAILED, _PENDING, MPI_ERR_REVOKED) becomes WORKERS_FAILED.
 Status MpiError(const char* call, int rc);
+bool IsProcessFailure(int rc);
 
 struct MpiContext {
   MPI_Comm comm = MPI_COMM_NULL;
@@ -38,6 +48,8 @@ struct MpiContext {
   Status Init(int64_t comm_f);
   Status Init(MPI_Comm base);  // duplicates base
   void Finalize();
+  // Revokes every communicator (ULFM builds): peers blocked in a call on them return MPI_ERR_REVOKED.
+  void Revoke();
   MPI_Datatype Type(DataType t) const;
   MPI_Op Op(ReduceOp op, DataType t) const;
 };

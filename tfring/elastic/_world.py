@@ -1,0 +1,254 @@
+"""Who is in an elastic job, and how that changes (rank side). tfring runs on `base_comm()`; after a worker
+failure the survivors shrink it (ULFM: `MPI_Comm_shrink`, no process restarted), when the launcher reports new
+slots they spawn processes onto them (`MPI_Comm_spawn` + `Intercomm_merge`), and tfring's runtime is started
+again on the new communicator (process sets, response cache, host split and background thread all rebuilt by
+`tfring.init`). MPI is only used here while tfring's background thread is stopped."""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+ENV_PREFIX = "TFRING_ELASTIC"
+
+_lock = threading.Lock()
+_base = None  # the mpi4py communicator tfring runs on
+_resets = 0
+_pending = None  # rank 0: the launcher's latest growth proposal [[host, n], ...]
+_pending_since = 0.0  # proposals from requests started before this time are stale (a reset happened)
+_agreed = None  # the growth every rank agreed on in check_host_updates
+_poller = None
+
+
+def enabled():
+    """Whether this process runs under `tfringrun` in elastic mode.
+
+    Returns:
+        bool
+    """
+    return os.environ.get(ENV_PREFIX) == "1"
+
+
+def _int_env(name, default):
+    value = os.environ.get("%s_%s" % (ENV_PREFIX, name))
+    return int(value) if value not in (None, "") else default
+
+
+def min_np():
+    return _int_env("MIN_NP", 1)
+
+
+def max_np():
+    return _int_env("MAX_NP", 0)
+
+
+def timeout():
+    return _int_env("TIMEOUT", 600)
+
+
+def reset_limit():
+    return _int_env("RESET_LIMIT", -1)
+
+
+def _client():
+    if not os.environ.get(ENV_PREFIX + "_DRIVER"):
+        return None  # run under mpirun --with-ft ulfm directly: survives failures, cannot grow
+    from tfring.elastic.protocol import client_from_env
+    return client_from_env()
+
+
+def host_name():
+    """This rank's host as the launcher named it (PRRTE's PMIX_HOSTNAME), else the machine's name."""
+    return os.environ.get("PMIX_HOSTNAME") or socket.gethostname()
+
+
+def base_comm():
+    """The communicator tfring runs on in an elastic job: MPI_COMM_WORLD, or for a process spawned by a
+    running job, its merge with the parents (the newcomers take the highest ranks)."""
+    global _base
+    with _lock:
+        if _base is None:
+            from mpi4py import MPI
+            parent = MPI.Comm.Get_parent()
+            _base = parent.Merge(high=True) if parent != MPI.COMM_NULL else MPI.COMM_WORLD
+        return _base
+
+
+def rank_is_root():
+    from tfring.basics import rank
+    return rank() == 0
+
+
+def _poll():
+    global _pending
+    client = _client()
+    while client is not None:
+        started = time.time()
+        try:
+            add = client.call("/hosts", {"rank": 0}).get("add") or None
+        except Exception as e:  # the launcher may be gone at the end of the job; growth just stops
+            sys.stderr.write("tfring.elastic: cannot reach the launcher for host updates: %s\n" % e)
+            add = None
+            time.sleep(4)
+        with _lock:
+            if started >= _pending_since:
+                _pending = add
+        time.sleep(1.0)
+
+
+def pending_growth():
+    """Rank 0: the slots the launcher offers now, [[host, n], ...] or None (starts the poller on first use)."""
+    global _poller
+    if not enabled():
+        return None
+    with _lock:
+        if _poller is None:
+            _poller = threading.Thread(target=_poll, name="tfring-elastic-hosts", daemon=True)
+            _poller.start()
+        return _pending
+
+
+def set_agreed_growth(add):
+    global _agreed
+    _agreed = add
+
+
+def _forget_proposals():
+    global _pending, _pending_since
+    with _lock:
+        _pending, _pending_since = None, time.time()
+
+
+class _Deadline:
+    """Every blocking MPI step of a reset has a deadline: past it the process says what hung and exits
+    (an MPI call cannot be interrupted any other way)."""
+
+    def __init__(self, what, seconds):
+        self.what, self.seconds = what, seconds
+
+    def __enter__(self):
+        def expire():
+            sys.stderr.write("tfring.elastic: %s did not finish within %d s (--elastic-timeout); exiting\n"
+                             % (self.what, self.seconds))
+            sys.stderr.flush()
+            os._exit(1)
+        self.timer = threading.Timer(self.seconds, expire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def __exit__(self, *exc):
+        self.timer.cancel()
+
+
+def _command():
+    value = os.environ.get(ENV_PREFIX + "_COMMAND")
+    return json.loads(value) if value else [sys.executable] + sys.argv
+
+
+def _spawn(comm, add):
+    """Collective over comm: starts sum(n) processes on the hosts of `add` and merges them in (highest ranks)."""
+    from mpi4py import MPI
+    command = _command()
+    info = MPI.Info.Create()
+    info.Set("host", ",".join("%s:%d" % (h, n) for h, n in add))
+    try:
+        with _Deadline("starting %s on %s" % (command[0], add), timeout()):
+            inter = comm.Spawn(command[0], args=command[1:], maxprocs=sum(n for _, n in add), info=info, root=0)
+            merged = inter.Merge(high=False)
+    finally:
+        info.Free()
+    return merged
+
+
+def _report(comm, reason):
+    """Rank 0 tells the launcher where the ranks are now (it keeps host occupancy and failure counts)."""
+    hosts = comm.gather(host_name(), root=0)
+    if comm.rank == 0:
+        client = _client()
+        if client is not None:
+            try:
+                client.call("/reset", {"hosts": hosts, "reason": reason})
+            except Exception as e:
+                sys.stderr.write("tfring.elastic: cannot report the reset to the launcher: %s\n" % e)
+
+
+def _log(message):
+    sys.stderr.write("tfring.elastic: %s\n" % message)
+    client = _client()
+    if client is not None:
+        try:
+            client.call("/log", {"message": message})
+        except Exception:
+            pass
+
+
+def _wait_for_slots(comm, need):
+    """Below --min-np: rank 0 asks the launcher for slots until `need` more are offered or the timeout."""
+    deadline = time.time() + timeout()
+    client = _client()
+    add = None
+    while comm.rank == 0 and client is not None and time.time() < deadline:
+        try:
+            offered = client.call("/hosts", {"rank": 0}).get("add") or []
+        except Exception:
+            offered = []
+        if sum(n for _, n in offered) >= need:
+            add = offered
+            break
+        time.sleep(1.0)
+    with _Deadline("waiting for --min-np slots", timeout() + 60):
+        return comm.bcast(add, root=0)
+
+
+def reset(failure):
+    """Rebuilds the job after a worker failure (shrink) or for agreed new hosts (spawn), then restarts tfring on
+    the new communicator. Every rank of the job calls it at the same point.
+
+    Args:
+        failure: True after `HorovodInternalError`, False after `HostsUpdatedInterrupt`.
+
+    Raises:
+        RuntimeError: --reset-limit reached, or fewer than --min-np ranks left and no slots came in time.
+    """
+    global _base, _resets, _agreed
+    import tfring.basics as basics
+    _resets += 1
+    limit = reset_limit()
+    if limit >= 0 and _resets > limit:
+        raise RuntimeError("tfring.elastic: the job was reset %d times (--reset-limit %d); ending it"
+                           % (_resets, limit))
+    started = time.time()
+    old_size = basics.size() if basics.is_initialized() else None
+    basics.shutdown()  # the background thread stops (it already has after a failure); MPI is ours now
+    comm = base_comm()
+    if failure:
+        with _Deadline("shrinking the communicator", timeout()):
+            comm = comm.Shrink()
+        lost = (old_size or comm.size) - comm.size
+        _report(comm, "failure")
+        reason = "failure"
+        if comm.size < min_np():
+            if comm.rank == 0:
+                _log("%d rank(s) left, %d remain, below --min-np %d: waiting up to %d s for new slots"
+                     % (lost, comm.size, min_np(), timeout()))
+            add = _wait_for_slots(comm, min_np() - comm.size)
+            if not add:
+                message = ("%d worker(s) failed and %d remain, fewer than --min-np %d; no new slots within %d s "
+                           "(--elastic-timeout): ending the job" % (lost, comm.size, min_np(), timeout()))
+                if comm.rank == 0:
+                    _log(message)
+                raise RuntimeError("tfring.elastic: " + message)
+            comm, reason = _spawn(comm, add), "grow"
+    else:
+        add, _agreed = _agreed, None
+        comm = _spawn(comm, add)
+        reason = "grow"
+    _base = comm
+    _forget_proposals()
+    if reason == "grow":
+        _report(comm, reason)
+    basics.init(comm=comm)
+    if basics.rank() == 0:
+        sys.stderr.write("tfring.elastic: reset (%s): %s -> %d ranks in %.2f s\n"
+                         % (reason, old_size, basics.size(), time.time() - started))

@@ -1,0 +1,45 @@
+"""`run`: Horovod's elastic training loop around a user function."""
+import functools
+
+from tfring.elastic import _world
+from tfring.elastic.errors import HorovodInternalError, HostsUpdatedInterrupt, is_worker_failure
+
+
+def run(func):
+    """Decorator: `func(state, ...)` runs until it returns; when a worker fails it is called again on the
+    survivors from the last commit, and when hosts are added it is called again with the newcomers.
+
+    On a worker failure (`HorovodInternalError`, or the collective error it comes from): `state.restore()`,
+    the survivors shrink the job (no process restarts), `state.on_reset()`, then `state.sync()` and `func` again.
+    On `HostsUpdatedInterrupt` (from `state.commit()` / `check_host_updates()`): new ranks are started and
+    joined, `state.on_reset()`, `state.sync()` sends them the committed state, and `func` is called again.
+
+    Args:
+        func: a function whose first argument is a `tfring.elastic.State`.
+
+    Returns:
+        The wrapped function; it returns what `func` returns.
+    """
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        skip_sync = False
+        while True:
+            failure = False
+            try:
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HostsUpdatedInterrupt as e:
+                skip_sync = e.skip_sync
+            except Exception as e:  # noqa: BLE001 - only worker failures are handled; the rest re-raised
+                if not is_worker_failure(e):
+                    raise
+                if not _world.enabled():
+                    raise HorovodInternalError(
+                        "tfring.elastic: a worker failed, but this job does not run in elastic mode (start it with "
+                        "tfringrun --min-np/--max-np/--host-discovery-script): %s" % e) from e
+                state.restore()
+                failure, skip_sync = True, False
+            _world.reset(failure)
+            state.on_reset()
+    return wrapper

@@ -1,0 +1,111 @@
+"""State objects of an elastic job (Horovod's `State` / `ObjectState`): what is committed, rolled back on a
+failure and sent to ranks that join."""
+import copy
+
+from tfring.elastic import _world
+from tfring.elastic.errors import HostsUpdatedInterrupt
+
+
+def _bcast_object(obj):
+    from tfring.functions import broadcast_object
+    return broadcast_object(obj, root_rank=0, name="tfring.elastic.state")
+
+
+class State:
+    """Base class: `save()` / `restore()` / `sync()` define what the state is; `commit()` saves it and checks
+    for new hosts; reset callbacks run after every membership change (e.g. to rescale the learning rate).
+
+    Args:
+        bcast_object: how an object travels from rank 0 (default `tfring.broadcast_object`).
+        get_rank: accepted for Horovod compatibility (unused).
+    """
+
+    def __init__(self, bcast_object=None, get_rank=None):
+        self._bcast_object = bcast_object or _bcast_object
+        self._reset_callbacks = []
+        self._commits = 0
+
+    def register_reset_callbacks(self, callbacks):
+        """Adds callables run (no arguments) after each reset, when `size()` and `rank()` are the new ones.
+
+        Args:
+            callbacks: a list of callables.
+        """
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        """Called by `run` after the membership changed: `reset()`, then the registered callbacks."""
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Saves the state (what a failure rolls back to) and checks for new hosts.
+
+        Raises:
+            HostsUpdatedInterrupt: hosts were added (on every rank alike); `run` lets them join.
+        """
+        self.save()
+        self._commits += 1
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raises `HostsUpdatedInterrupt` on every rank when the launcher reported hosts the job can grow onto.
+
+        Rank 0 holds the launcher's latest answer; one broadcast makes the decision the same on every rank.
+
+        Raises:
+            HostsUpdatedInterrupt: the job will grow at this point.
+        """
+        pending = _world.pending_growth() if _world.rank_is_root() else None
+        pending = self._bcast_object(pending)
+        if pending:
+            _world.set_agreed_growth(pending)
+            raise HostsUpdatedInterrupt(skip_sync=False)
+
+    def save(self):
+        """Keeps a copy of the state (subclasses)."""
+        raise NotImplementedError()
+
+    def restore(self):
+        """Returns to the last saved copy (subclasses)."""
+        raise NotImplementedError()
+
+    def sync(self):
+        """Makes every rank's state rank 0's (subclasses), then saves it."""
+        raise NotImplementedError()
+
+    def reset(self):
+        """Hook run after a membership change, before the reset callbacks (subclasses)."""
+
+
+class ObjectState(State):
+    """State made of plain Python attributes: `ObjectState(epoch=0, batch=0)` gives `state.epoch`, ...
+
+    The attributes travel with `tfring.broadcast_object` (cloudpickle) from rank 0 on `sync()`.
+
+    Args:
+        bcast_object: how an object travels from rank 0 (default `tfring.broadcast_object`).
+        get_rank: accepted for Horovod compatibility (unused).
+        **kwargs: the attributes and their initial values.
+    """
+
+    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
+        self._saved_state = kwargs
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+
+    def save(self):
+        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for k, v in self._saved_state.items():
+            setattr(self, k, copy.deepcopy(v))

@@ -1,0 +1,19 @@
+"""`tfring.keras.elastic` (Horovod's `horovod.tensorflow.keras.elastic`): `KerasState`, `run` and the elastic
+Keras callbacks, for Keras 3 and tf_keras (TF_USE_LEGACY_KERAS=1)."""
+from tfring.elastic import (HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State,  # noqa: F401
+                            TensorFlowKerasState, run)
+from tfring.elastic.callbacks import (CommitStateCallback, UpdateBatchStateCallback,  # noqa: F401
+                                      UpdateEpochStateCallback)
+
+
+class KerasState(TensorFlowKerasState):
+    """A Keras model and optimizer plus plain attributes (`epoch=0, batch=0`), as Horovod's `KerasState`.
+
+    Args:
+        model: the Keras model.
+        optimizer: its optimizer (default: `model.optimizer`).
+        **kwargs: plain attributes.
+    """
+
+    def __init__(self, model, optimizer=None, **kwargs):
+        super().__init__(model, optimizer=optimizer, **kwargs)
