@@ -10,6 +10,7 @@ import time
 
 import keras
 import numpy as np
+from mpi4py import MPI
 
 import tfring.keras as hvd
 
@@ -19,7 +20,7 @@ KILL = os.environ.get("ELASTIC_KILL", "")
 
 hvd.init()
 FIRST_RANK, FIRST_SIZE = hvd.rank(), hvd.size()
-JOINED = os.environ.get("PMIX_RANK") is not None and FIRST_RANK >= FIRST_SIZE  # unused; kept for logs
+SPAWNED = MPI.Comm.Get_parent() != MPI.COMM_NULL  # started by the running job when it grew
 keras.utils.set_random_seed(1)
 rng = np.random.RandomState(0)
 x_all = rng.randn(512, 8).astype("float32")
@@ -31,15 +32,19 @@ model.compile(optimizer=optimizer, loss="mse")
 steps_log = open(os.path.join(OUT, "steps.%d.jsonl" % os.getpid()), "a")
 
 
+SLEEP = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))  # slows steps so a host can be added mid-run
+
+
 class Record(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
+        time.sleep(SLEEP)
         step = int(optimizer.iterations.numpy())
         steps_log.write(json.dumps({"t": time.time(), "step": step, "rank": hvd.rank(), "size": hvd.size(),
-                                    "first_rank": FIRST_RANK}) + "\n")
+                                    "first_rank": FIRST_RANK, "spawned": SPAWNED}) + "\n")
         steps_log.flush()
         if KILL:
             rank, at = map(int, KILL.split(":"))
-            if FIRST_RANK == rank and FIRST_SIZE > 1 and step == at and not os.environ.get("ELASTIC_SPAWNED"):
+            if FIRST_RANK == rank and step == at and not SPAWNED:
                 with open(os.path.join(OUT, "killed.json"), "w") as f:
                     json.dump({"t": time.time(), "step": step}, f)
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -61,7 +66,7 @@ def train(state):
 train(state)
 np.savez(os.path.join(OUT, "final.%d.npz" % os.getpid()), *[v.numpy() for v in model.variables],
          rank=hvd.rank(), size=hvd.size(), epoch=state.epoch, step=int(optimizer.iterations.numpy()),
-         resets=np.array(resets))
+         resets=np.array(resets), joined=SPAWNED)
 print("rank %d of %d done: epoch %d step %d resets %s" % (hvd.rank(), hvd.size(), state.epoch,
                                                           int(optimizer.iterations.numpy()), resets))
 sys.stdout.flush()

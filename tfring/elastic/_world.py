@@ -151,7 +151,9 @@ def _spawn(comm, add):
     from mpi4py import MPI
     command = _command()
     info = MPI.Info.Create()
-    info.Set("host", ",".join("%s:%d" % (h, n) for h, n in add))
+    hosts = ",".join("%s:%d" % (h, n) for h, n in add)
+    info.Set("host", hosts)
+    info.Set("PMIX_ADD_HOST", hosts)  # a host outside the allocation gets a daemon (harmless for known ones)
     try:
         with _Deadline("starting %s on %s" % (command[0], add), timeout()):
             inter = comm.Spawn(command[0], args=command[1:], maxprocs=sum(n for _, n in add), info=info, root=0)

@@ -2,7 +2,7 @@
 failure and sent to ranks that join."""
 import copy
 
-from tfring.elastic import _world
+from tfring.elastic import _checkpoint, _world
 from tfring.elastic.errors import HostsUpdatedInterrupt
 
 
@@ -47,7 +47,23 @@ class State:
         """
         self.save()
         self._commits += 1
+        _checkpoint.save(self._snapshot(), self._commits)
         self.check_host_updates()
+
+    def _snapshot(self):
+        """What a restarted job resumes from (subclasses add to it)."""
+        return {}
+
+    def _load_snapshot(self, snapshot):
+        """Makes `snapshot` the saved state (then `restore()` applies it)."""
+
+    def _resume_after_restart(self):
+        """Rank 0 of a job restarted after a lost host: takes up the newest committed state on disk."""
+        found = _checkpoint.load_once() if _world.rank_is_root() else None
+        if found is not None:
+            self._commits, snapshot = found
+            self._load_snapshot(snapshot)
+            self.restore()
 
     def check_host_updates(self):
         """Raises `HostsUpdatedInterrupt` on every rank when the launcher reported hosts the job can grow onto.
@@ -98,13 +114,20 @@ class ObjectState(State):
     def save(self):
         self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
 
+    def _snapshot(self):
+        return {"objects": self._saved_state}
+
+    def _load_snapshot(self, snapshot):
+        self._saved_state = snapshot["objects"]
+
     def restore(self):
         self._set_attrs()
 
     def sync(self):
-        if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state)
-            self._set_attrs()
+        self._resume_after_restart()
+        # The commit count travels too: a rank that joins numbers its on-disk commits like the others.
+        self._commits, self._saved_state = self._bcast_object((self._commits, self._saved_state))
+        self._set_attrs()
 
     def _set_attrs(self):
         for k, v in self._saved_state.items():

@@ -44,8 +44,16 @@ class TensorFlowState(ObjectState):
             v.assign(value)
         super().restore()
 
+    def _snapshot(self):
+        return dict(super()._snapshot(), values=self._values)
+
+    def _load_snapshot(self, snapshot):
+        super()._load_snapshot(snapshot)
+        self._values = snapshot["values"]
+
     def sync(self):
         from tfring.functions import broadcast_variables
+        self._resume_after_restart()
         tracked = self._tracked()
         if tracked:
             broadcast_variables(tracked, root_rank=0)

@@ -1,0 +1,122 @@
+"""Elastic jobs on real ranks (tfringrun --min-np/--max-np/--host-discovery-script, ULFM): a SIGKILLed worker
+(rank 1, then rank 0) mid-epoch, the job going below --min-np, and a slot added by the discovery script. The
+job is tests/elastic/keras_job.py (Keras model, KerasState, the elastic callbacks, a commit every batch)."""
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, kill_session, rank_env
+
+JOB = os.path.join(ROOT, "tests", "elastic", "keras_job.py")
+TOTAL_STEPS = 3 * 8  # keras_job.py: EPOCHS * STEPS
+
+
+def launch(tmp_path, args, env=None):
+    e = dict(rank_env(), ELASTIC_OUT=str(tmp_path))
+    e.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "tfring.runner"] + args + ["python", JOB], cwd=ROOT, env=e,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def finish(proc, timeout=300):
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_session(proc.pid)
+        out, _ = proc.communicate()
+        pytest.fail("elastic job still running after %d s:\n%s" % (timeout, out[-5000:]))
+    return proc.returncode, out
+
+
+def results(tmp_path):
+    finals = [dict(np.load(f)) for f in sorted(glob.glob(str(tmp_path / "final.*.npz")))]
+    steps = {}
+    for f in glob.glob(str(tmp_path / "steps.*.jsonl")):
+        rows = [json.loads(line) for line in open(f)]
+        steps[f] = rows
+    return finals, steps
+
+
+def weights(final):
+    return [final["arr_%d" % i] for i in range(sum(k.startswith("arr_") for k in final))]
+
+
+def assert_same_weights(finals):
+    first = weights(finals[0])
+    for other in finals[1:]:
+        for a, b in zip(first, weights(other)):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_killed_worker_job_goes_on_with_survivors(tmp_path, victim):
+    kill_at = 10  # the second step of the second epoch (8 steps per epoch)
+    rc, out = finish(launch(tmp_path, ["-np", "3", "--min-np", "2"], {"ELASTIC_KILL": "%d:%d" % (victim, kill_at)}))
+    assert rc == 0, out[-5000:]
+    finals, steps = results(tmp_path)
+    killed = json.load(open(tmp_path / "killed.json"))
+    assert killed["step"] == kill_at
+    assert len(finals) == 2, out[-5000:]  # the victim never finished
+    assert sorted(int(f["rank"]) for f in finals) == [0, 1] and all(int(f["size"]) == 2 for f in finals)
+    assert_same_weights(finals)
+    for f in finals:
+        assert int(f["epoch"]) == 3 and list(f["resets"]) == [2], f
+        # Rolled back to the commit of step 10 (a commit per batch); the interrupted epoch 2 runs again in full
+        # (Keras 3 cannot start an epoch mid-way): 10 + 2 epochs * 8 steps.
+        assert int(f["step"]) == kill_at + 2 * 8, f
+    survivors = [rows for rows in steps.values() if rows[-1]["size"] == 2]
+    assert len(survivors) == 2
+    for rows in survivors:
+        before = [r["step"] for r in rows if r["size"] == 3]
+        after = [r["step"] for r in rows if r["size"] == 2]
+        assert before[-1] == kill_at and after[0] == kill_at + 1, (before, after)  # nothing lost, nothing redone
+        assert after == list(range(kill_at + 1, kill_at + 1 + len(after)))
+    assert "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]
+
+
+def test_below_min_np_ends_the_job_with_a_message(tmp_path):
+    proc = launch(tmp_path, ["-np", "2", "--min-np", "2", "--elastic-timeout", "3"], {"ELASTIC_KILL": "1:4"})
+    rc, out = finish(proc)
+    assert rc != 0, out[-5000:]
+    assert "fewer than --min-np 2" in out and "no new slots within 3 s" in out, out[-5000:]
+    finals, _ = results(tmp_path)
+    assert finals == []
+
+
+def test_slot_added_by_discovery_joins_and_gets_the_state(tmp_path):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("localhost:2\n")
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
+    script.chmod(0o755)
+    proc = launch(tmp_path, ["-np", "2", "--max-np", "3", "--host-discovery-script", str(script)],
+                  {"ELASTIC_STEP_SLEEP": "0.25"})
+    deadline = time.time() + 120
+    while time.time() < deadline:  # add the slot once training runs
+        _, steps = results(tmp_path)
+        if any(rows and rows[-1]["step"] >= 3 for rows in steps.values()):
+            break
+        time.sleep(0.2)
+    hosts.write_text("localhost:3\n")
+    rc, out = finish(proc)
+    assert rc == 0, out[-5000:]
+    finals, steps = results(tmp_path)
+    assert len(finals) == 3, out[-5000:]
+    assert sorted(int(f["rank"]) for f in finals) == [0, 1, 2] and all(int(f["size"]) == 3 for f in finals)
+    assert [bool(f["joined"]) for f in sorted(finals, key=lambda f: int(f["rank"]))] == [False, False, True]
+    assert_same_weights(finals)
+    newcomer = [rows for rows in steps.values() if rows[0]["spawned"]]
+    assert len(newcomer) == 1
+    first = newcomer[0][0]["step"]
+    assert first > 3, newcomer[0][:3]  # it started from the committed step count, not from 0
+    old = [rows for rows in steps.values() if not rows[0]["spawned"]]
+    for rows in old:  # the old ranks went on from their last commit: no step repeated or skipped
+        seq = [r["step"] for r in rows]
+        assert seq == list(range(1, len(seq) + 1)), seq
+    assert "tfring.elastic: reset (grow): 2 -> 3 ranks" in out, out[-5000:]

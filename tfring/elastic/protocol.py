@@ -1,0 +1,339 @@
+"""The channel between `tfringrun`'s elastic driver and the ranks: JSON objects POSTed over HTTP, each request and
+each response signed with HMAC-SHA256 under a per-job secret that the launcher hands to every rank in the
+environment (`TFRING_ELASTIC_SECRET`, forwarded by name only: it never appears on a command line or in a log).
+
+Nothing received is ever unpickled or evaluated: a request is refused (403 without a valid signature, 400 when
+it is too big, not a JSON object or for an unknown path) with one log line that names the peer and the reason.
+No nonce is used: the signature proves the sender knows the secret, not that the message is fresh."""
+import hashlib
+import hmac
+import http.client
+import http.server
+import json
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+
+SECRET_ENV = "TFRING_ELASTIC_SECRET"
+DRIVER_ENV = "TFRING_ELASTIC_DRIVER"
+SIGNATURE_HEADER = "X-Tfring-Signature"
+MAX_BODY = 1 << 20  # bytes, requests and responses
+REQUEST_TIMEOUT = 10.0  # seconds a client has to send its whole request
+
+
+class ProtocolError(RuntimeError):
+    """The driver could not be reached, refused the request, or sent an unsigned or malformed reply."""
+
+
+class BadRequest(ValueError):
+    """Raised by a handler for a payload it cannot use (wrong keys or types): the client gets a 400."""
+
+
+def new_secret():
+    """A fresh per-job secret.
+
+    Returns:
+        str: 64 hex digits (32 random bytes).
+    """
+    return secrets.token_hex(32)
+
+
+def _key(secret):
+    try:
+        key = bytes.fromhex(secret)
+    except (TypeError, ValueError):
+        raise ValueError("%s: expected a hex string" % SECRET_ENV) from None
+    if len(key) < 16:
+        raise ValueError("%s: expected at least 16 bytes (32 hex digits), got %d bytes" % (SECRET_ENV, len(key)))
+    return key
+
+
+def sign(secret, body):
+    """The signature of a message body.
+
+    Args:
+        secret: the job's secret (hex string).
+        body: the bytes sent.
+
+    Returns:
+        str: hex HMAC-SHA256 of body keyed with the secret's bytes.
+
+    Raises:
+        ValueError: the secret is not a hex string of at least 16 bytes.
+    """
+    return hmac.new(_key(secret), body, hashlib.sha256).hexdigest()
+
+
+def verify(secret, body, signature):
+    """Whether a signature is the body's (constant-time comparison).
+
+    Args:
+        secret: the job's secret (hex string).
+        body: the bytes received.
+        signature: the header's value (None when it was missing).
+
+    Returns:
+        bool: True only for the exact signature.
+    """
+    return isinstance(signature, str) and hmac.compare_digest(sign(secret, body), signature.strip().lower())
+
+
+def _encode(obj):
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _parse_address(address):
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("%s: expected host:port, got %r" % (DRIVER_ENV, address))
+    return host.strip("[]"), int(port)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server_version = "tfring-elastic"
+    sys_version = ""
+    timeout = REQUEST_TIMEOUT  # a client that stalls mid-request loses its connection, not a thread forever
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, format, *args):
+        pass  # http.server's per-request lines: refusals and failures are logged explicitly instead
+
+    def _reply(self, status, obj):
+        body = _encode(obj)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header(SIGNATURE_HEADER, sign(self.server.secret, body))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass  # the client went away
+
+    def _refuse(self, status, why):
+        self.server.say("elastic driver refused a request from %s: %s" % (self.client_address[0], why))
+        self._reply(status, {"error": why})
+
+    def _not_post(self):
+        self._refuse(405, "method %s not allowed (POST only)" % self.command)
+
+    do_GET = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _not_post
+
+    def do_POST(self):
+        length = self.headers.get("Content-Length")
+        if length is None or not length.strip().isdigit():
+            return self._refuse(400, "missing or invalid Content-Length")
+        if int(length) > MAX_BODY:
+            return self._refuse(400, "body of %s bytes is over the %d-byte limit" % (int(length), MAX_BODY))
+        try:
+            body = self.rfile.read(int(length))
+        except OSError:
+            return self._refuse(400, "body not received within %g s" % self.timeout)
+        if len(body) != int(length):
+            return self._refuse(400, "body shorter than its Content-Length")
+        if not verify(self.server.secret, body, self.headers.get(SIGNATURE_HEADER)):
+            return self._refuse(403, "missing signature" if self.headers.get(SIGNATURE_HEADER) is None
+                                else "bad signature")
+        handler = self.server.handlers.get(self.path)
+        if handler is None:
+            return self._refuse(400, "unknown path %r" % self.path[:100])
+        try:
+            payload = json.loads(body)
+        except (UnicodeDecodeError, ValueError):
+            payload = None
+        if not isinstance(payload, dict):
+            return self._refuse(400, "body is not a JSON object")
+        try:
+            result = handler(payload)
+        except BadRequest as e:
+            return self._refuse(400, "bad payload for %s: %s" % (self.path, e))
+        except Exception as e:  # any handler bug becomes a 500; the driver goes on
+            self.server.say("elastic driver: handler %s failed: %s: %s" % (self.path, type(e).__name__, e))
+            return self._reply(500, {"error": "handler failed"})
+        if not isinstance(result, dict):
+            self.server.say("elastic driver: handler %s returned %s, not a dict" % (self.path, type(result).__name__))
+            return self._reply(500, {"error": "handler failed"})
+        self._reply(200, result)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = False
+
+
+class DriverServer:
+    """The driver's HTTP endpoint: authenticated JSON requests dispatched to handlers.
+
+    Args:
+        bind_host: the address to listen on (an interface's address, or 127.0.0.1 when every rank is local;
+            never 0.0.0.0). The port is chosen by the OS.
+        secret: the job's secret (hex string, see `new_secret`).
+        handlers: {path: callable(dict) -> dict}, e.g. {"/hosts": ...}. A handler raises `BadRequest` for an
+            unusable payload (400); any other exception is a 500.
+        log: where refusals and handler failures are written, one line each (default sys.stderr).
+
+    Raises:
+        ValueError: a wildcard bind address or a bad secret.
+        OSError: the address cannot be bound.
+    """
+
+    def __init__(self, bind_host, secret, handlers, log=None):
+        if bind_host in ("", "0.0.0.0", "::"):
+            raise ValueError("DriverServer: refusing to listen on every interface (%r)" % bind_host)
+        _key(secret)
+        self._log = log
+        self._log_lock = threading.Lock()
+        self._httpd = _Server((bind_host, 0), _Handler)
+        self._httpd.secret, self._httpd.handlers, self._httpd.say = secret, dict(handlers), self.say
+        self._thread = None
+
+    @property
+    def address(self):
+        """Where ranks reach the server.
+
+        Returns:
+            str: "host:port".
+        """
+        host, port = self._httpd.server_address[:2]
+        return "%s:%d" % (host, port)
+
+    def say(self, message):
+        """Writes one `tfringrun: ` line to the log.
+
+        Args:
+            message: the text (newlines are flattened).
+        """
+        out = self._log or sys.stderr
+        with self._log_lock:
+            out.write("tfringrun: %s\n" % " ".join(str(message).split()))
+            out.flush()
+
+    def start(self):
+        """Serves requests on a daemon thread.
+
+        Returns:
+            DriverServer: self.
+        """
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                            name="tfring-elastic-driver", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self):
+        """Stops serving and closes the socket (waits at most a few seconds)."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.server_close()
+
+
+class DriverClient:
+    """A rank's side of the channel.
+
+    Args:
+        address: the driver's "host:port".
+        secret: the job's secret (hex string).
+        timeout: seconds one call may take in all (connect, send, receive).
+
+    Raises:
+        ValueError: a malformed address or secret.
+    """
+
+    def __init__(self, address, secret, timeout=10.0):
+        self.host, self.port = _parse_address(address)
+        self.address = "%s:%d" % (self.host, self.port)
+        _key(secret)
+        self._secret, self.timeout = secret, float(timeout)
+
+    def call(self, path, payload):
+        """POSTs a JSON object to the driver and returns its verified reply.
+
+        Args:
+            path: the handler, e.g. "/hosts".
+            payload: a JSON-serialisable dict.
+
+        Returns:
+            dict: the driver's reply.
+
+        Raises:
+            ProtocolError: the driver cannot be reached within the timeout, refused the request, or its reply is
+                unsigned, wrongly signed, too big or not a JSON object.
+        """
+        body = _encode(payload)
+        where = "elastic driver at %s (%s)" % (self.address, path)
+        deadline = time.monotonic() + self.timeout
+
+        def left():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout("timed out")
+            return remaining
+
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=left())
+        try:
+            conn.connect()
+            conn.sock.settimeout(left())
+            conn.request("POST", path, body=body, headers={
+                "Content-Type": "application/json", SIGNATURE_HEADER: sign(self._secret, body)})
+            conn.sock.settimeout(left())
+            response = conn.getresponse()
+            chunks, size = [], 0
+            while size <= MAX_BODY:
+                conn.sock.settimeout(left())
+                chunk = response.read(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            reply = b"".join(chunks)
+            signature = response.getheader(SIGNATURE_HEADER)
+        except (OSError, http.client.HTTPException) as e:
+            raise ProtocolError("%s: no answer: %s (deadline %g s)" % (where, str(e) or type(e).__name__,
+                                                                      self.timeout)) from None
+        finally:
+            conn.close()
+        if len(reply) > MAX_BODY:
+            raise ProtocolError("%s: reply over %d bytes" % (where, MAX_BODY))
+        if not verify(self._secret, reply, signature):
+            raise ProtocolError("%s: reply %s (HTTP %d)" % (
+                where, "unsigned" if signature is None else "with a bad signature", response.status))
+        try:
+            obj = json.loads(reply)
+        except (UnicodeDecodeError, ValueError):
+            obj = None
+        if not isinstance(obj, dict):
+            raise ProtocolError("%s: reply is not a JSON object (HTTP %d)" % (where, response.status))
+        if response.status != 200:
+            raise ProtocolError("%s: refused with HTTP %d: %s" % (where, response.status, obj.get("error")))
+        return obj
+
+
+def client_from_env(environ=None, timeout=10.0):
+    """The client for the driver that started this rank, from the environment.
+
+    Args:
+        environ: the environment to read (default os.environ).
+        timeout: seconds per call.
+
+    Returns:
+        DriverClient | None: None when TFRING_ELASTIC_DRIVER is not set (not under an elastic tfringrun).
+
+    Raises:
+        ProtocolError: TFRING_ELASTIC_DRIVER is set but the secret is missing, or either is malformed.
+    """
+    env = os.environ if environ is None else environ
+    address = env.get(DRIVER_ENV)
+    if not address:
+        return None
+    secret = env.get(SECRET_ENV)
+    if not secret:
+        raise ProtocolError("%s is set but %s is not: the launcher forwards both" % (DRIVER_ENV, SECRET_ENV))
+    try:
+        return DriverClient(address, secret, timeout=timeout)
+    except ValueError as e:
+        raise ProtocolError(str(e)) from None
