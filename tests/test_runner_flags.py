@@ -36,6 +36,7 @@ def knob(name, value):
 
 HOSTFILE = "{tmp}/hosts"
 CONFIG = "{tmp}/cfg.yaml"
+DISCOVERY = "{tmp}/discover.sh"
 # argv (before the command) -> check(cmd, env, args) for accepted flags
 ACCEPTED = [
     (["-np", "3"], lambda c, e, a: after(c, "-np") == "3"),
@@ -101,6 +102,17 @@ ACCEPTED = [
     (["-hostfile", HOSTFILE], lambda c, e, a: after(c, "--host") == "n1:2,n2:1" and a.hosts is None),
     (["--hostfile", HOSTFILE], lambda c, e, a: after(c, "--host") == "n1:2,n2:1"),
     (["--mpi"], lambda c, e, a: a.use_mpi),
+    # elastic mode (planned by tests/test_elastic_driver.py): horovodrun's defaults filled in
+    (["--min-np", "1"], lambda c, e, a: (a.min_num_proc, a.np, a.max_num_proc) == (1, 2, None)),
+    (["--min-num-proc", "1"], lambda c, e, a: (a.min_num_proc, a.np) == (1, 2)),
+    (["--max-np", "4"], lambda c, e, a: (a.min_num_proc, a.np, a.max_num_proc) == (2, 2, 4)),
+    (["--max-num-proc", "4"], lambda c, e, a: (a.min_num_proc, a.max_num_proc) == (2, 4)),
+    (["--min-np", "1", "--slots-per-host", "2"], lambda c, e, a: a.slots == 2),
+    (["--min-np", "1", "--elastic-timeout", "5"], lambda c, e, a: a.elastic_timeout == 5),
+    (["--min-np", "1", "--reset-limit", "2"], lambda c, e, a: a.reset_limit == 2),
+    (["--min-np", "1", "--blacklist-cooldown-range", "1", "2"], lambda c, e, a: a.cooldown_range == [1, 2]),
+    (["--host-discovery-script", DISCOVERY], lambda c, e, a: a.host_discovery_script == os.path.abspath(
+        a.host_discovery_script) and a.min_num_proc == 2),
 ]
 # argv -> the flag the one-line refusal names
 REFUSED = [
@@ -108,11 +120,18 @@ REFUSED = [
     (["--autotune", "--autotune-steps-per-sample", "5"], "--autotune-steps-per-sample"),
     (["--autotune", "--autotune-bayes-opt-max-samples", "5"], "--autotune-bayes-opt-max-samples"),
     (["--autotune", "--autotune-gaussian-process-noise", "0.5"], "--autotune-gaussian-process-noise"),
-    (["--min-np", "1"], "--min-np"), (["--min-num-proc", "1"], "--min-np"), (["--max-np", "4"], "--max-np"),
-    (["--max-num-proc", "4"], "--max-np"), (["--slots-per-host", "2"], "--slots-per-host"),
-    (["--elastic-timeout", "5"], "--elastic-timeout"), (["--reset-limit", "2"], "--reset-limit"),
-    (["--blacklist-cooldown-range", "1", "2"], "--blacklist-cooldown-range"),
-    (["--host-discovery-script", "d.sh"], "--host-discovery-script"),
+    (["--min-np", "0"], "--min-np: must be at least 1, got 0"), (["--min-num-proc", "3"], "-np: 2 is below --min-np 3"),
+    (["--max-np", "0"], "--max-np: must be at least 1, got 0"), (["--max-num-proc", "1"], "-np: 2 is above --max-np 1"),
+    (["--min-np", "3", "--max-np", "2"], "--min-np: 3 is above --max-np 2"),
+    (["--slots-per-host", "2"], "--slots-per-host: only used in elastic mode"),
+    (["--min-np", "1", "--slots-per-host", "0"], "--slots-per-host: must be at least 1, got 0"),
+    (["--min-np", "1", "--elastic-timeout", "-1"], "--elastic-timeout: -1 must be >= 0"),
+    (["--min-np", "1", "--reset-limit", "-1"], "--reset-limit: -1 must be >= 0"),
+    (["--min-np", "1", "--blacklist-cooldown-range", "5", "2"], "--blacklist-cooldown-range: 5 2: expected 0 <="),
+    (["--min-np", "1", "--blacklist-cooldown-range", "-1", "2"], "--blacklist-cooldown-range: -1 2"),
+    (["--host-discovery-script", "no-such-d.sh"], "--host-discovery-script no-such-d.sh: does not exist"),
+    (["--host-discovery-script", HOSTFILE], "--host-discovery-script {tmp}/hosts: is not executable"),
+    (["--host-discovery-script", DISCOVERY, "-H", "h1:1"], "-H/--hosts: not allowed with argument"),
     (["--num-nccl-streams", "2"], "--num-nccl-streams"), (["--thread-affinity", "0"], "--thread-affinity"),
     (["--gloo"], "--gloo"), (["--jsrun"], "--jsrun"),
     (["--cycle-time-ms", "-1"], "--cycle-time-ms"),
@@ -126,6 +145,8 @@ REFUSED = [
 def files(tmp_path):
     (tmp_path / "hosts").write_text("n1 slots=2\nn2\n")
     (tmp_path / "cfg.yaml").write_text("params: {cycle_time_ms: 3.5}\n")
+    (tmp_path / "discover.sh").write_text("#!/bin/sh\necho localhost:2\n")
+    (tmp_path / "discover.sh").chmod(0o755)
     return lambda argv: [a.replace("{tmp}", str(tmp_path)) for a in argv]
 
 
@@ -145,12 +166,13 @@ def test_accepted_flag_takes_effect(argv, ok, files):
 
 
 @pytest.mark.parametrize("argv,flag", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
-def test_refused_flag_is_one_line_exit_2(argv, flag, capsys):
+def test_refused_flag_is_one_line_exit_2(argv, flag, capsys, files):
+    argv = files(argv)
     with pytest.raises(SystemExit) as e:
         main(argv + ["-np", "2", "python", "x.py"] if "-np" not in argv else argv + ["python", "x.py"])
     out, err = capsys.readouterr()
     assert e.value.code == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith("tfringrun: ") and flag in err, err
+    assert err.count("\n") == 1 and err.startswith("tfringrun: ") and files([flag])[0] in err, err
     assert "usage" not in err.lower()
 
 

@@ -101,7 +101,7 @@ BAD_HOSTFILE = "node1 cpus=4\n"
      "--config-file {tmp}/bad.yaml: unknown key 'parameters'"),
     (["-np", "2", "--torus-allreduce", "python", "x.py"],
      "--torus-allreduce: torus allreduce is not built in tfring (it runs a ring allreduce)"),
-    (["-np", "2", "--min-np", "1", "python", "x.py"], "--min-np: elastic training is not built in tfring"),
+    (["-np", "2", "--min-np", "3", "python", "x.py"], "-np: 2 is below --min-np 3"),
     (["-np", "2", "--gloo", "python", "x.py"],
      "--gloo: the Gloo controller is not built in tfring (it runs on MPI); drop it or pass --mpi"),
     (["-H", "localhost:1", "--hostfile", "{tmp}/bad_hosts", "python", "x.py"],

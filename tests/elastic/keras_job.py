@@ -1,5 +1,6 @@
 """An elastic Keras job for tests/test_elastic.py: trains a small model with KerasState and the elastic
-callbacks; ELASTIC_KILL="rank:step" makes that (original) rank SIGKILL itself after finishing that step.
+callbacks; ELASTIC_KILL="rank:step" makes that (original) rank SIGKILL itself after finishing that step;
+ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file at step 3.
 Every rank appends one JSON line per finished step to $ELASTIC_OUT/steps.<pid>.jsonl and writes its final
 weights to $ELASTIC_OUT/final.<pid>.npz."""
 import json
@@ -17,6 +18,7 @@ import tfring.keras as hvd
 EPOCHS, STEPS, BATCH = 3, 8, 16
 OUT = os.environ["ELASTIC_OUT"]
 KILL = os.environ.get("ELASTIC_KILL", "")
+GROW = os.environ.get("ELASTIC_GROW", "")  # "path=text": rank 0 writes the discovery file at step 3
 
 hvd.init()
 FIRST_RANK, FIRST_SIZE = hvd.rank(), hvd.size()
@@ -36,12 +38,25 @@ SLEEP = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))  # slows steps so a hos
 
 
 class Record(keras.callbacks.Callback):
+    """Logs each finished step (before the commit, which may interrupt the batch end for a growth)."""
+
     def on_train_batch_end(self, batch, logs=None):
         time.sleep(SLEEP)
         step = int(optimizer.iterations.numpy())
         steps_log.write(json.dumps({"t": time.time(), "step": step, "rank": hvd.rank(), "size": hvd.size(),
                                     "first_rank": FIRST_RANK, "spawned": SPAWNED}) + "\n")
         steps_log.flush()
+        if GROW and FIRST_RANK == 0 and not SPAWNED and step == 3:  # "more slots" appear mid-run
+            path, content = GROW.split("=", 1)
+            with open(path, "w") as f:
+                f.write(content + "\n")
+
+
+class Kill(keras.callbacks.Callback):
+    """After the commit of step `at`: the victim dies, so the survivors roll back to exactly that step."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(optimizer.iterations.numpy())
         if KILL:
             rank, at = map(int, KILL.split(":"))
             if FIRST_RANK == rank and step == at and not SPAWNED:
@@ -59,8 +74,8 @@ state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 def train(state):
     x, y = x_all[hvd.rank()::hvd.size()], y_all[hvd.rank()::hvd.size()]
     model.fit(x, y, batch_size=BATCH, steps_per_epoch=STEPS, epochs=EPOCHS - state.epoch, verbose=0, shuffle=False,
-              callbacks=[hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
-                         hvd.elastic.CommitStateCallback(state), Record()])
+              callbacks=[Record(), hvd.elastic.UpdateEpochStateCallback(state),
+                         hvd.elastic.UpdateBatchStateCallback(state), hvd.elastic.CommitStateCallback(state), Kill()])
 
 
 train(state)

@@ -86,7 +86,8 @@ def _poll():
     while client is not None:
         started = time.time()
         try:
-            add = client.call("/hosts", {"rank": 0}).get("add") or None
+            reply = client.call("/hosts", {"rank": 0})
+            add = reply.get("add") or None
         except Exception as e:  # the launcher may be gone at the end of the job; growth just stops
             sys.stderr.write("tfring.elastic: cannot reach the launcher for host updates: %s\n" % e)
             add = None
@@ -163,10 +164,13 @@ def _spawn(comm, add):
     return merged
 
 
-def _report(comm, reason):
-    """Rank 0 tells the launcher where the ranks are now (it keeps host occupancy and failure counts)."""
+def _report(comm, reason, add=()):
+    """Rank 0 tells the launcher where the ranks are now (it keeps host occupancy and failure counts): the ranks
+    of `comm` (collective over it), then the processes about to be spawned there (`add`, [[host, n], ...]; they
+    take the highest ranks and cannot take part in this gather)."""
     hosts = comm.gather(host_name(), root=0)
     if comm.rank == 0:
+        hosts += [h for h, n in add for _ in range(n)]
         client = _client()
         if client is not None:
             try:
@@ -241,15 +245,14 @@ def reset(failure):
                 if comm.rank == 0:
                     _log(message)
                 raise RuntimeError("tfring.elastic: " + message)
+            _report(comm, "grow", add)
             comm, reason = _spawn(comm, add), "grow"
     else:
         add, _agreed = _agreed, None
-        comm = _spawn(comm, add)
-        reason = "grow"
+        _report(comm, "grow", add)
+        comm, reason = _spawn(comm, add), "grow"
     _base = comm
     _forget_proposals()
-    if reason == "grow":
-        _report(comm, reason)
     basics.init(comm=comm)
     if basics.rank() == 0:
         sys.stderr.write("tfring.elastic: reset (%s): %s -> %d ranks in %.2f s\n"

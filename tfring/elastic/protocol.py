@@ -101,6 +101,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         pass  # http.server's per-request lines: refusals and failures are logged explicitly instead
 
+    def log_error(self, format, *args):  # malformed HTTP (http.server answers it unsigned), timeouts
+        why = (format % args)[:200]
+        self.server.say("elastic driver refused a request from %s: %s" % (self.client_address[0], why))
+
     def _reply(self, status, obj):
         body = _encode(obj)
         try:
@@ -118,13 +122,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._reply(status, {"error": why})
 
     def _not_post(self):
-        self._refuse(405, "method %s not allowed (POST only)" % self.command)
+        self._refuse(405, "method %r not allowed (POST only)" % self.command[:20])
 
     do_GET = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _not_post
 
     def do_POST(self):
         length = self.headers.get("Content-Length")
-        if length is None or not length.strip().isdigit():
+        if length is None or not (length.strip().isascii() and length.strip().isdigit()):
             return self._refuse(400, "missing or invalid Content-Length")
         if int(length) > MAX_BODY:
             return self._refuse(400, "body of %s bytes is over the %d-byte limit" % (int(length), MAX_BODY))
@@ -142,7 +146,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._refuse(400, "unknown path %r" % self.path[:100])
         try:
             payload = json.loads(body)
-        except (UnicodeDecodeError, ValueError):
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             payload = None
         if not isinstance(payload, dict):
             return self._refuse(400, "body is not a JSON object")
@@ -280,11 +284,11 @@ class DriverClient:
             conn.sock.settimeout(left())
             conn.request("POST", path, body=body, headers={
                 "Content-Type": "application/json", SIGNATURE_HEADER: sign(self._secret, body)})
-            conn.sock.settimeout(left())
+            conn.sock.settimeout(left())  # also bounds each read of the reply; the loop checks the deadline
             response = conn.getresponse()
             chunks, size = [], 0
             while size <= MAX_BODY:
-                conn.sock.settimeout(left())
+                left()
                 chunk = response.read(65536)
                 if not chunk:
                     break

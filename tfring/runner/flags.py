@@ -1,8 +1,12 @@
 """horovodrun's command line (0.28.1: every flag, with its single-dash aliases), mapped onto tfring's knob table
 (TFRING_* variables) or refused in one line when it asks for a feature tfring does not build."""
 import argparse
+import functools
+import os
 
 LOG_LEVELS = ["trace", "debug", "info", "warning", "error", "fatal"]
+DEFAULT_SLOTS = 1  # --slots-per-host
+DEFAULT_ELASTIC_TIMEOUT = 600  # --elastic-timeout, as horovodrun
 
 
 class UsageError(Exception):
@@ -10,7 +14,17 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line, no usage dump) instead of exiting."""
+
     def error(self, message):
+        """Raises the parse error as a UsageError.
+
+        Args:
+            message: argparse's message.
+
+        Raises:
+            UsageError: always.
+        """
         raise UsageError(" ".join(message.split()) + " (tfringrun --help lists the flags)")
 
 
@@ -43,6 +57,11 @@ def _pair(group, on, off, dest, help_on, help_off=argparse.SUPPRESS):
 
 
 def build_parser():
+    """tfringrun's argument parser: every horovodrun 0.28.1 flag.
+
+    Returns:
+        Parser
+    """
     # Every default is None: a value still None after parsing was not on the command line (the config file
     # may then set it; command-line flags always win).
     p = Parser(prog="tfringrun", description="Launch a tfring (Horovod-style) job over Open MPI's mpirun.",
@@ -86,13 +105,19 @@ def build_parser():
                       ("--autotune-gaussian-process-noise", float)):
         g.add_argument(flag, type=typ, help="Horovod's Bayesian-optimisation knob: refused with --autotune")
 
-    g = p.add_argument_group("elastic arguments (not built: refused)")
-    g.add_argument("--min-np", "--min-num-proc", dest="min_num_proc", type=int)
-    g.add_argument("--max-np", "--max-num-proc", dest="max_num_proc", type=int)
-    g.add_argument("--slots-per-host", dest="slots", type=int)
-    g.add_argument("--elastic-timeout", type=int)
-    g.add_argument("--reset-limit", type=int)
-    g.add_argument("--blacklist-cooldown-range", dest="cooldown_range", type=int, nargs=2)
+    g = p.add_argument_group("elastic arguments (on with --min-np, --max-np or --host-discovery-script)")
+    g.add_argument("--min-np", "--min-num-proc", dest="min_num_proc", type=int,
+                   help="fewest processes the job goes on with after failures (default -np)")
+    g.add_argument("--max-np", "--max-num-proc", dest="max_num_proc", type=int,
+                   help="most processes the job grows to when hosts are added (default: no limit)")
+    g.add_argument("--slots-per-host", dest="slots", type=int,
+                   help="slots of a discovered host listed without :slots (default %d)" % DEFAULT_SLOTS)
+    g.add_argument("--elastic-timeout", type=int, help="seconds to wait for --min-np slots at the start or after "
+                   "a failure (default $HOROVOD_ELASTIC_TIMEOUT, else %d)" % DEFAULT_ELASTIC_TIMEOUT)
+    g.add_argument("--reset-limit", type=int, help="most resets (failures and growths) before the job ends "
+                   "(default: no limit)")
+    g.add_argument("--blacklist-cooldown-range", dest="cooldown_range", type=int, nargs=2, metavar=("MIN", "MAX"),
+                   help="a blacklisted host comes back after a random MIN..MAX seconds (default: never)")
 
     g = p.add_argument_group("timeline arguments")
     g.add_argument("--timeline-filename", help="Chrome-trace JSON timeline written by rank 0")
@@ -133,7 +158,8 @@ def build_parser():
     g = p.add_argument_group("host arguments").add_mutually_exclusive_group()
     g.add_argument("-H", "--hosts", help="host1:slots,host2:slots (default localhost:<np>)")
     g.add_argument("-hostfile", "--hostfile", help="file of 'host slots=N' lines")
-    g.add_argument("--host-discovery-script", help="elastic training: not built (refused)")
+    g.add_argument("--host-discovery-script", help="elastic training: an executable printing one 'host:slots' "
+                   "(or 'host') line per available host; polled every second")
 
     g = p.add_argument_group("controller arguments").add_mutually_exclusive_group()
     g.add_argument("--gloo", dest="use_gloo", action="store_true", default=None, help="not built (refused)")
@@ -162,7 +188,6 @@ KNOB_FLAGS = {
     "autotune_samples_per_candidate": ("TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", str),
 }
 
-_ELASTIC = "elastic training is not built in tfring (issue #15); run a fixed-size job with -np"
 # dest -> (asks for the unbuilt feature?, why it is refused). A value that asks for the feature to be off passes.
 REFUSED = {
     "use_gloo": (bool, "the Gloo controller is not built in tfring (it runs on MPI); drop it or pass --mpi"),
@@ -172,10 +197,6 @@ REFUSED = {
     "thread_affinity": (lambda v: v is not None, "pinning the background thread to a core is not built in tfring"),
     "num_nccl_streams": (lambda v: v not in (None, 1), "tfring uses one NCCL stream per device; more streams "
                                                        "are not built (pass 1 or drop it)"),
-    "min_num_proc": (lambda v: v is not None, _ELASTIC), "max_num_proc": (lambda v: v is not None, _ELASTIC),
-    "slots": (lambda v: v is not None, _ELASTIC), "elastic_timeout": (lambda v: v is not None, _ELASTIC),
-    "reset_limit": (lambda v: v is not None, _ELASTIC), "cooldown_range": (lambda v: v is not None, _ELASTIC),
-    "host_discovery_script": (lambda v: v is not None, _ELASTIC),
 }
 # Horovod's Bayesian-optimisation knobs: they only matter with autotune on, as in horovodrun.
 BAYES = {
@@ -186,11 +207,20 @@ BAYES = {
 NONNEGATIVE = ["fusion_threshold_mb", "cycle_time_ms", "cache_capacity", "autotune_warmup_samples",
                "autotune_steps_per_sample", "autotune_bayes_opt_max_samples", "stall_check_warning_time_seconds",
                "stall_check_shutdown_time_seconds", "num_nccl_streams", "thread_affinity", "gloo_timeout_seconds",
-               "start_timeout", "autotune_sample_seconds", "autotune_samples_per_candidate"]
+               "start_timeout", "autotune_sample_seconds", "autotune_samples_per_candidate", "elastic_timeout",
+               "reset_limit"]
 
 
 def flag_name(dest, parser=None):
-    """The long flag for an argparse dest (for messages)."""
+    """The long flag for an argparse dest (for messages).
+
+    Args:
+        dest: the argparse dest, e.g. "min_num_proc".
+        parser: the parser (default build_parser()).
+
+    Returns:
+        str: e.g. "--min-np".
+    """
     for action in (parser or build_parser())._actions:
         if action.dest == dest and action.option_strings:
             longs = [o for o in action.option_strings if o.startswith("--")]
@@ -198,13 +228,20 @@ def flag_name(dest, parser=None):
     return "--" + dest.replace("_", "-")
 
 
+def _where(origin, dest):  # the flag or config key that set dest
+    return origin.get(dest) or flag_name(dest)
+
+
 def check(args):
-    """Raises UsageError naming the flag (or config key) that asks for an unbuilt feature or has a bad value."""
-    origin = getattr(args, "origin", {})
+    """Checks parsed arguments (and fills in the elastic defaults, see check_elastic).
 
-    def where(dest):
-        return origin.get(dest) or flag_name(dest)
+    Args:
+        args: parsed arguments (after the config file).
 
+    Raises:
+        UsageError: naming the flag (or config key) that asks for an unbuilt feature or has a bad value.
+    """
+    where = functools.partial(_where, getattr(args, "origin", {}))
     for dest, (asks, why) in REFUSED.items():
         value = getattr(args, dest, None)
         if asks(value):
@@ -222,10 +259,78 @@ def check(args):
         raise UsageError("%s: %s must be in [0, 1]" % (where("autotune_gaussian_process_noise"), noise))
     if args.np is not None and args.np < 1:
         raise UsageError("-np: must be a positive number of processes, got %d" % args.np)
+    check_elastic(args, where)
+
+
+def is_elastic(args):
+    """Whether the command line asks for elastic training (as horovodrun: a discovery script or --min-np; also
+    --max-np).
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        bool
+    """
+    return any(getattr(args, d, None) is not None for d in ("host_discovery_script", "min_num_proc", "max_num_proc"))
+
+
+def check_elastic(args, where=flag_name):
+    """Checks the elastic flags and fills in horovodrun's defaults: -np from --min-np and --min-np from -np.
+
+    Args:
+        args: parsed arguments (changed in place).
+        where: dest -> the flag (or config key) to name in messages.
+
+    Raises:
+        UsageError: naming the flag and the value.
+    """
+    if not is_elastic(args):
+        for dest in ("slots", "elastic_timeout", "reset_limit", "cooldown_range"):
+            if getattr(args, dest, None) is not None:
+                raise UsageError("%s: only used in elastic mode (add --min-np, --max-np or --host-discovery-script)"
+                                 % where(dest))
+        return
+    min_np, max_np = args.min_num_proc, args.max_num_proc
+    if min_np is not None and min_np < 1:
+        raise UsageError("%s: must be at least 1, got %d" % (where("min_num_proc"), min_np))
+    if max_np is not None and max_np < 1:
+        raise UsageError("%s: must be at least 1, got %d" % (where("max_num_proc"), max_np))
+    if min_np is not None and max_np is not None and min_np > max_np:
+        raise UsageError("%s: %d is above --max-np %d" % (where("min_num_proc"), min_np, max_np))
+    if args.np is None and min_np is None:
+        raise UsageError("%s: elastic mode needs -np or --min-np (the number of processes to start with)"
+                         % where("max_num_proc" if args.host_discovery_script is None else "host_discovery_script"))
+    args.np = min_np if args.np is None else args.np
+    args.min_num_proc = min_np = args.np if min_np is None else min_np
+    if args.np < min_np:
+        raise UsageError("-np: %d is below --min-np %d" % (args.np, min_np))
+    if max_np is not None and args.np > max_np:
+        raise UsageError("-np: %d is above --max-np %d" % (args.np, max_np))
+    if args.slots is not None and args.slots < 1:
+        raise UsageError("%s: must be at least 1, got %d" % (where("slots"), args.slots))
+    if args.cooldown_range is not None:
+        low, high = args.cooldown_range
+        if low < 0 or low > high:
+            raise UsageError("%s: %d %d: expected 0 <= MIN <= MAX seconds" % (where("cooldown_range"), low, high))
+    script = args.host_discovery_script
+    if script is not None:
+        what = ("does not exist" if not os.path.exists(script) else "is not a file" if not os.path.isfile(script)
+                else "is not executable (chmod +x it)" if not os.access(script, os.X_OK) else None)
+        if what:
+            raise UsageError("%s %s: %s" % (where("host_discovery_script"), script, what))
+        args.host_discovery_script = os.path.abspath(script)
 
 
 def knob_env(args):
-    """The variables the flags set for every rank."""
+    """The variables the flags set for every rank.
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        dict: {name: value}.
+    """
     env = {}
     for dest, (knob, conv) in KNOB_FLAGS.items():
         value = getattr(args, dest)

@@ -2,6 +2,8 @@
 what Open MPI needs so a user never sees a setup error (root, more ranks than cores, core binding), forwards
 the environment to every host, relays output tagged by rank like horovodrun, forwards Ctrl-C/SIGTERM and
 reports which rank failed."""
+import argparse
+import json
 import os
 import shlex
 import signal
@@ -12,7 +14,7 @@ import time
 
 from tfring.runner.config import apply_config_file
 from tfring.runner.env import export_args
-from tfring.runner.flags import UsageError, build_parser, check, knob_env
+from tfring.runner.flags import DEFAULT_ELASTIC_TIMEOUT, UsageError, build_parser, check, is_elastic, knob_env
 from tfring.runner.hosts import parse_hostfile, parse_hosts
 from tfring.runner.info import check_build, mpirun_path
 from tfring.runner.output import STARTED, Relay, failure_summary, lost_host, stamp
@@ -24,10 +26,21 @@ KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "3", "--mca", "oob_tcp_keepalive
 # --tcp: point-to-point over the TCP BTL only (shared memory within a host stays: it is not a network).
 TCP_ONLY = ["--mca", "pml", "ob1", "--mca", "btl", "tcp,sm,self"]
 DEFAULT_START_TIMEOUT = 30
+ELASTIC = "TFRING_ELASTIC"  # and TFRING_ELASTIC_DRIVER, _SECRET, ... (tfring.elastic.protocol's names)
 
 
 def parse(argv):
-    """Command line + config file -> checked args (UsageError on any problem)."""
+    """Command line + config file -> checked args.
+
+    Args:
+        argv: the arguments (default sys.argv[1:]).
+
+    Returns:
+        argparse.Namespace
+
+    Raises:
+        UsageError: any problem, in one line.
+    """
     args = apply_config_file(build_parser().parse_args(argv))
     check(args)
     if args.command[:1] == ["--"]:
@@ -37,7 +50,19 @@ def parse(argv):
 
 def start_timeout(args, environ, remote):
     """Seconds every rank has to start: the flag, else $TFRING_START_TIMEOUT / $HOROVOD_START_TIMEOUT, else 30 when
-    there are remote hosts (horovodrun's default; an unreachable host otherwise hangs mpirun) and none locally."""
+    there are remote hosts (horovodrun's default; an unreachable host otherwise hangs mpirun) and none locally.
+
+    Args:
+        args: parsed arguments.
+        environ: the launcher's environment.
+        remote: whether any host is remote.
+
+    Returns:
+        int: seconds (0: no deadline).
+
+    Raises:
+        UsageError: a malformed environment value.
+    """
     if args.start_timeout is not None:
         return args.start_timeout
     for name in ("TFRING_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
@@ -49,17 +74,84 @@ def start_timeout(args, environ, remote):
     return DEFAULT_START_TIMEOUT if remote else 0
 
 
-def plan(args, environ=None):
-    """(mpirun command line, its environment) for parsed args; environ defaults to os.environ."""
-    env = dict(os.environ if environ is None else environ)
+def host_list(args):
+    """The hosts of -H or --hostfile.
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        list | None: [(host, slots), ...], None when neither flag is given.
+
+    Raises:
+        UsageError: both flags, an unreadable file or a malformed entry.
+    """
     if args.hosts and args.hostfile:
         raise UsageError("pass -H/--hosts or -hostfile/--hostfile, not both")
     try:
-        hosts = parse_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts) if args.hosts else None
+        return parse_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts) if args.hosts else None
     except OSError as e:
         raise UsageError("--hostfile %s: cannot read it: %s" % (args.hostfile, e.strerror or e))
     except ValueError as e:
         raise UsageError(str(e))
+
+
+def elastic_timeout(args, environ):
+    """Seconds an elastic job waits for --min-np slots: --elastic-timeout, else $HOROVOD_ELASTIC_TIMEOUT, else 600
+    (horovodrun's default).
+
+    Args:
+        args: parsed arguments.
+        environ: the launcher's environment.
+
+    Returns:
+        int: seconds.
+
+    Raises:
+        UsageError: a malformed $HOROVOD_ELASTIC_TIMEOUT.
+    """
+    if args.elastic_timeout is not None:
+        return args.elastic_timeout
+    value = environ.get("HOROVOD_ELASTIC_TIMEOUT")
+    if value:
+        try:
+            return int(value)
+        except ValueError:
+            raise UsageError("HOROVOD_ELASTIC_TIMEOUT=%r: expected a whole number of seconds" % value) from None
+    return DEFAULT_ELASTIC_TIMEOUT
+
+
+def rank_command(args):
+    """The command every rank execs: args.command with a bare `python`/`python3` made the interpreter tfring is
+    installed in (even when its venv is not activated).
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        list: the command (not wrapped by the start announcement).
+    """
+    command = list(args.command)
+    if command[:1] and command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    return command
+
+
+def plan(args, environ=None):
+    """The mpirun command line and its environment for parsed args.
+
+    Args:
+        args: parsed arguments (start_deadline and num_ranks are set on it for run_command).
+        environ: the launcher's environment (default os.environ).
+
+    Returns:
+        tuple: (command list, environment dict).
+
+    Raises:
+        UsageError: no -np and no hosts, or a bad host list.
+    """
+    env = dict(os.environ if environ is None else environ)
+    hosts = host_list(args)
     np_ = args.np or (sum(s for _, s in hosts) if hosts else None)
     if not np_:
         raise UsageError("-np: give the number of processes (or -H/--hostfile to use all their slots)")
@@ -89,10 +181,7 @@ def plan(args, environ=None):
     if ssh:
         cmd += ["--prtemca", "plm_ssh_args", " ".join(ssh)]
     env.update(knob_env(args))
-    command = list(args.command)
-    if command[:1] and command[0] in ("python", "python3"):
-        # A bare `python` means the interpreter tfring is installed in, even when the venv is not activated.
-        command[0] = sys.executable
+    command = rank_command(args)
     # Open MPI's --spawn-timeout does not cover daemons stuck in ssh: each rank announces its start instead (one
     # line on stderr that the relay swallows) before exec'ing the command.
     args.start_deadline, args.num_ranks = start_timeout(args, env, not local_only), np_
@@ -103,12 +192,63 @@ def plan(args, environ=None):
     return cmd + command, env
 
 
+def plan_elastic(args, hosts, np_, address, secret, environ=None, extra_env=None):
+    """plan() for an elastic job on the given hosts, plus `mpirun --with-ft ulfm` (ULFM: survivors see a dead rank
+    as an error instead of being killed) and the ranks' TFRING_ELASTIC_* variables. The secret goes into the
+    environment only: mpirun forwards it by name (-x), so its value is never on a command line.
+
+    Args:
+        args: parsed arguments (start_deadline and num_ranks are set on it, as plan does).
+        hosts: [(host, slots), ...] to start on.
+        np_: ranks to start.
+        address: the elastic driver's "host:port".
+        secret: the job's secret (tfring.elastic.protocol.new_secret()).
+        environ: the launcher's environment (default os.environ); TFRING_ELASTIC_* values in it (an outer job's) are
+            dropped.
+        extra_env: more variables for the ranks (e.g. TFRING_ELASTIC_* of a restart), set last.
+
+    Returns:
+        tuple: (mpirun command list, its environment dict).
+    """
+    env = {k: v for k, v in (os.environ if environ is None else environ).items() if not k.startswith(ELASTIC)}
+    env.update({
+        ELASTIC: "1", ELASTIC + "_DRIVER": address, ELASTIC + "_SECRET": secret,
+        ELASTIC + "_MIN_NP": str(args.min_num_proc), ELASTIC + "_MAX_NP": str(args.max_num_proc or 0),
+        ELASTIC + "_TIMEOUT": str(elastic_timeout(args, env)),
+        ELASTIC + "_RESET_LIMIT": str(-1 if args.reset_limit is None else args.reset_limit),
+        ELASTIC + "_COMMAND": json.dumps(rank_command(args)),  # what new ranks run (MPI_Comm_spawn)
+    }, **(extra_env or {}))
+    sub = argparse.Namespace(**vars(args))
+    sub.hosts, sub.hostfile, sub.np = ",".join("%s:%d" % h for h in hosts), None, np_
+    cmd, env = plan(sub, env)
+    args.start_deadline, args.num_ranks = sub.start_deadline, sub.num_ranks
+    # Slots are the driver's books: MPI_Comm_spawn must not be refused for a host PRRTE thinks is full.
+    extra = [] if "--oversubscribe" in cmd else ["--oversubscribe"]
+    return cmd[:1] + ["--with-ft", "ulfm"] + extra + cmd[1:], env
+
+
 def build_command(args, environ=None):
+    """plan()'s command alone.
+
+    Args:
+        args: parsed arguments.
+        environ: the launcher's environment (default os.environ).
+
+    Returns:
+        list: the mpirun command.
+    """
     return plan(args, environ)[0]
 
 
 def descendants(pid):
-    """Every process below pid (Linux /proc; empty elsewhere)."""
+    """Every process below pid (Linux /proc; empty elsewhere).
+
+    Args:
+        pid: a process id.
+
+    Returns:
+        list: process ids.
+    """
     children = {}
     for entry in [e for e in os.listdir("/proc") if e.isdigit()] if os.path.isdir("/proc") else []:
         try:
@@ -128,7 +268,22 @@ def descendants(pid):
 def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timestamp_output=False,
                 timestamp_logs=False, start_timeout=0, num_ranks=0):
     """Runs mpirun; returns its exit code. SIGINT/SIGTERM stop every rank (SIGKILL after 5 s), as does a rank
-    that has not started within start_timeout seconds (the command must then be wrapped by plan())."""
+    that has not started within start_timeout seconds (the command must then be wrapped by plan()).
+
+    Args:
+        cmd: the mpirun command.
+        output_dir: --output-filename directory, or None.
+        stdout: where ranks' stdout goes (default sys.stdout).
+        stderr: where ranks' stderr and tfringrun's lines go (default sys.stderr).
+        env: mpirun's environment.
+        timestamp_output: timestamp every line of output.
+        timestamp_logs: timestamp tfringrun's own lines.
+        start_timeout: seconds every rank has to announce its start (0: no deadline).
+        num_ranks: ranks expected to announce.
+
+    Returns:
+        int: mpirun's exit code (128 + signal when stopped by one).
+    """
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env,
                             start_new_session=True)
@@ -202,6 +357,17 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
 
 
 def main(argv=None):
+    """tfringrun's entry point.
+
+    Args:
+        argv: the arguments (default sys.argv[1:]).
+
+    Returns:
+        int: 0 after --check-build.
+
+    Raises:
+        SystemExit: with the job's exit code (2 on a usage error).
+    """
     try:
         args = parse(argv)
         if args.check_build:
@@ -209,6 +375,9 @@ def main(argv=None):
             return 0
         if not args.command:
             raise UsageError("no command to run (e.g. tfringrun -np 2 python train.py)")
+        if is_elastic(args):
+            from tfring.runner.elastic_driver import run_elastic
+            sys.exit(run_elastic(args))
         cmd, env = plan(args)
     except UsageError as e:
         sys.stderr.write("tfringrun: %s\n" % e)

@@ -1,0 +1,495 @@
+"""tfringrun in elastic mode (--min-np, --max-np or --host-discovery-script): polls the discovery script, keeps the
+available hosts (discovered minus blacklisted) and where the job's ranks are, starts `mpirun --with-ft ulfm` on
+enough of them, and answers the ranks over an authenticated HTTP channel (tfring.elastic.protocol): `/hosts` (the
+available hosts and the free slots the job may grow into), `/reset` (the job's placement after a failure or a
+growth: blacklisting is decided here, see HostBook) and `/log` (a rank's line on tfringrun's stderr). The ranks
+shrink and grow the job themselves (ULFM shrink, MPI_Comm_spawn); this driver only keeps the books."""
+import collections
+import functools
+import ipaddress
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from tfring.elastic.protocol import BadRequest, DriverServer, new_secret
+from tfring.runner.flags import DEFAULT_SLOTS, UsageError
+from tfring.runner.launch import elastic_timeout, host_list, plan_elastic, run_command
+from tfring.runner.output import stamp
+
+DISCOVERY_TIMEOUT = 10  # seconds one run of the discovery script may take
+POLL_INTERVAL = 1.0  # seconds between discovery runs
+MAX_LOG_MESSAGE = 2000  # characters of a rank's /log message
+_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)(?::([0-9]+))?\Z")
+
+
+class DiscoveryError(RuntimeError):
+    """The discovery script could not be run, failed, timed out or printed a line that is not `host[:slots]`."""
+
+
+def parse_discovery(text, default_slots=DEFAULT_SLOTS):
+    """Parses the discovery script's output.
+
+    Args:
+        text: its stdout, one `host:slots` or `host` per line (blank lines are skipped; a host listed twice with
+            the same slots counts once).
+        default_slots: slots of a host listed without `:slots` (--slots-per-host).
+
+    Returns:
+        list: [(host, slots), ...] in the order listed.
+
+    Raises:
+        ValueError: naming the first bad line.
+    """
+    hosts = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _LINE.match(line)
+        if not m:
+            raise ValueError("line %d %r: expected 'host:slots' or 'host'" % (lineno, raw[:200]))
+        name, slots = m.group(1), int(m.group(2)) if m.group(2) is not None else default_slots
+        if hosts.get(name, slots) != slots:
+            raise ValueError("line %d %r: host %s listed again with other slots (%d)" % (
+                lineno, raw[:200], name, hosts[name]))
+        hosts[name] = slots
+    return list(hosts.items())
+
+
+def run_discovery(script, default_slots=DEFAULT_SLOTS, timeout=DISCOVERY_TIMEOUT):
+    """Runs the discovery script once (no shell; its whole process group is killed past the timeout).
+
+    Args:
+        script: path of the executable.
+        default_slots: slots of a host listed without `:slots`.
+        timeout: seconds it may take.
+
+    Returns:
+        list: [(host, slots), ...] as `parse_discovery`.
+
+    Raises:
+        DiscoveryError: it could not start, timed out, exited non-zero or printed a bad line.
+    """
+    try:
+        proc = subprocess.Popen([script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as e:
+        raise DiscoveryError("cannot run it: %s" % (e.strerror or e)) from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.communicate(timeout=2)
+        except subprocess.TimeoutExpired:  # a child left its own session holding the pipes
+            proc.kill()
+        raise DiscoveryError("did not finish within %d s" % timeout) from None
+    if proc.returncode != 0:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] if err else []
+        raise DiscoveryError("exited with code %d%s" % (proc.returncode, (": " + tail[0][:300]) if tail else ""))
+    try:
+        return parse_discovery(out.decode(errors="replace"), default_slots)
+    except ValueError as e:
+        raise DiscoveryError(str(e)) from None
+
+
+@functools.lru_cache(maxsize=1)
+def _local_names():  # localhost, 127.0.0.1, the hostname (short and full) and the addresses it resolves to
+    hostname = socket.gethostname()
+    names = {"localhost", "127.0.0.1", "::1", hostname, hostname.split(".")[0]}
+    try:
+        names.add(socket.getfqdn())
+        names.update(socket.gethostbyname_ex(hostname)[2])
+    except OSError:
+        pass
+    return frozenset(n for n in names if n)
+
+
+def _is_local(name):
+    return name in _local_names() or name.startswith("127.")
+
+
+def _is_ip(name):
+    try:
+        return bool(ipaddress.ip_address(name))
+    except ValueError:
+        return False
+
+
+def canonical_host(name, known):
+    """The name the driver books a rank's host under: the discovery's (or -H's) name for the same host. Ranks
+    report PMIX_HOSTNAME or socket.gethostname(): this machine's names (localhost, 127.0.0.1, hostname, fqdn) match
+    a known name that is local; a short name matches a full one and vice versa.
+
+    Args:
+        name: the name a rank reported.
+        known: the names the driver knows, in discovery order.
+
+    Returns:
+        str: the matching known name, else `name` itself.
+    """
+    known = list(known)
+    if name in known:
+        return name
+    if _is_local(name):
+        for k in known:
+            if _is_local(k):
+                return k
+    if not _is_ip(name):
+        short = name.split(".")[0]
+        for k in known:
+            if not _is_ip(k) and k.split(".")[0] == short:
+                return k
+    return name
+
+
+def _placement(hosts, np_):  # {host: ranks} as mpirun places np_ ranks (--map-by slot: each host's slots in turn)
+    placed, left = {}, np_
+    for name, slots in hosts:
+        n = min(slots, left)
+        if n > 0:
+            placed[name] = placed.get(name, 0) + n
+            left -= n
+    return placed
+
+
+def _choose_hosts(available, np_, max_np=None):
+    # (the first available hosts whose slots hold the ranks, min(np_, available slots, max_np) ranks)
+    total = sum(s for _, s in available)
+    n = min(np_, total, max_np or total)
+    chosen, room = [], n
+    for name, slots in available:
+        if room <= 0:
+            break
+        chosen.append((name, slots))
+        room -= slots
+    return chosen, n
+
+
+def _bind_address(hosts):
+    # 127.0.0.1 when every host is this machine, else the address of this machine's interface on the route to the
+    # first remote host (a UDP connect sends no packet). Never 0.0.0.0. RuntimeError when it cannot be found.
+    remote = [h for h in hosts if not _is_local(h)]
+    if not remote:
+        return "127.0.0.1"
+    try:
+        target = socket.getaddrinfo(remote[0], None, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
+    except OSError as e:
+        raise RuntimeError("cannot resolve host %s: %s" % (remote[0], e.strerror or e)) from None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 9))
+            address = s.getsockname()[0]
+    except OSError as e:
+        raise RuntimeError("no route to host %s (%s): %s" % (remote[0], target, e.strerror or e)) from None
+    if address in ("", "0.0.0.0"):
+        raise RuntimeError("no interface address on the route to host %s (%s)" % (remote[0], target))
+    return address
+
+
+class HostBook:
+    """The driver's books: discovered, blacklisted and available hosts, the job's ranks per host, resets; and the
+    handlers the ranks call. Thread-safe.
+
+    After a failure, a host whose ranks were all lost while discovery still lists it, or that lost ranks in two
+    failure resets in a row, is blacklisted. One dead process on a host whose other ranks live on does not blacklist
+    the host: only the dead rank's slot is held out (not offered for growth), as Horovod holds out a failed host.
+    Both last for a random time in --blacklist-cooldown-range, else for the rest of the job.
+
+    Args:
+        max_np: --max-np (None or 0: no limit).
+        cooldown_range: (min, max) seconds a blacklisted host stays out, None for good.
+        reset_limit: --reset-limit (None: no limit); only logged here, the ranks enforce it.
+        say: callable(str) writing one `tfringrun: elastic: ...` line (default: to sys.stderr).
+    """
+
+    def __init__(self, max_np=None, cooldown_range=None, reset_limit=None, say=None):
+        self.max_np, self.cooldown_range, self.reset_limit = max_np or None, cooldown_range, reset_limit
+        self._say = say or (lambda m: sys.stderr.write("tfringrun: elastic: %s\n" % m))
+        self._lock = threading.RLock()
+        self.discovered = []  # [(host, slots)] in discovery order
+        self.blacklist = {}  # host -> time.monotonic() it comes back (inf: never)
+        self.available = []  # discovered - blacklisted, hosts with slots > 0
+        self.generation = 0  # bumped whenever `available` changes
+        self.occupancy = {}  # host -> ranks of the job there now
+        self.failures = collections.Counter()  # host -> failure resets in which it lost ranks
+        self.resets = 0
+        self._last_dropped = set()  # hosts that lost ranks in the last failure reset
+        self.held = {}  # host -> [time.monotonic() each failed slot is offered again (inf: never)]
+
+    def set_discovered(self, hosts):
+        """Records a discovery result.
+
+        Args:
+            hosts: [(host, slots), ...].
+        """
+        with self._lock:
+            self.discovered = [(h, int(s)) for h, s in hosts]
+            self.refresh()
+
+    def refresh(self):
+        """Ends expired blacklistings and recomputes the available hosts (bumping the generation if they changed).
+
+        Returns:
+            list: the available [(host, slots), ...].
+        """
+        with self._lock:
+            now = time.monotonic()
+            for host, until in list(self.blacklist.items()):
+                if until <= now:
+                    del self.blacklist[host]
+                    self._last_dropped.discard(host)
+                    self.held.pop(host, None)
+                    self._say("host %s is off the blacklist (its cooldown is over)" % host)
+            listed = dict(self.discovered)
+            self.held = {h: [t for t in ts if t > now] for h, ts in self.held.items() if h in listed}
+            available = [(h, s) for h, s in self.discovered if s > 0 and h not in self.blacklist]
+            if available != self.available:
+                self.available = available
+                self.generation += 1
+            return list(self.available)
+
+    def set_placement(self, hosts, np_):
+        """Records the initial launch: np_ ranks filling hosts' slots in order (mpirun's --map-by slot).
+
+        Args:
+            hosts: [(host, slots), ...] given to mpirun.
+            np_: ranks started.
+        """
+        with self._lock:
+            self.occupancy = _placement(hosts, np_)
+
+    def _canonical(self, name):
+        with self._lock:
+            known = [h for h, _ in self.discovered] + [h for h in self.occupancy if h not in dict(self.discovered)]
+        return canonical_host(name, known)
+
+    def _until(self):
+        return time.monotonic() + random.uniform(*self.cooldown_range) if self.cooldown_range else float("inf")
+
+    def _blacklist(self, host, why):
+        if host not in self.blacklist:
+            self.blacklist[host] = until = self._until()
+            self._say("blacklisted host %s (%s) %s" % (host, why, "for the rest of the job" if until == float("inf")
+                      else "for %.0f s (--blacklist-cooldown-range)" % (until - time.monotonic())))
+
+    def hosts(self, payload):
+        """Handler of `/hosts`: the available hosts and the slots the job may add.
+
+        Args:
+            payload: {"rank": r} (unused beyond a type check).
+
+        Returns:
+            dict: {"generation", "hosts": [[host, slots]], "add": [[host, n]], "size", "blacklisted"}; "add": each
+            available host's slots minus the job's ranks there and its held-out slots, capped so that size + added
+            <= --max-np.
+
+        Raises:
+            BadRequest: "rank" is not an integer.
+        """
+        if not isinstance(payload.get("rank", 0), int):
+            raise BadRequest("'rank' must be an integer")
+        with self._lock:
+            available = self.refresh()
+            size = sum(self.occupancy.values())
+            room = self.max_np - size if self.max_np else float("inf")
+            add = []
+            for host, slots in available:
+                n = int(min(slots - self.occupancy.get(host, 0) - len(self.held.get(host, ())), room))
+                if n > 0:
+                    add.append([host, n])
+                    room -= n
+            return {"generation": self.generation, "hosts": [[h, s] for h, s in available], "add": add,
+                    "size": size, "blacklisted": sorted(self.blacklist)}
+
+    def reset(self, payload):
+        """Handler of `/reset`: the job's new placement after a failure or a growth.
+
+        Args:
+            payload: {"hosts": [host of each rank, in rank order], "reason": "failure" | "grow"}.
+
+        Returns:
+            dict: {"ok": True, "resets": count so far, "generation": g}.
+
+        Raises:
+            BadRequest: a missing or mistyped field.
+        """
+        hosts, reason = payload.get("hosts"), payload.get("reason")
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+            raise BadRequest("'hosts' must be a non-empty list of host names")
+        if reason not in ("failure", "grow"):
+            raise BadRequest("'reason' must be 'failure' or 'grow'")
+        with self._lock:
+            self.resets += 1
+            new = collections.Counter(self._canonical(h) for h in hosts)
+            old = self.occupancy
+            if reason == "failure":
+                listed = {h for h, _ in self.discovered}
+                dropped = [h for h in old if new.get(h, 0) < old[h]]
+                self._say("reset %d (failure): %s lost ranks; %d ranks remain" % (self.resets, ", ".join(
+                    "%s %d -> %d" % (h, old[h], new.get(h, 0)) for h in dropped) or "no host", len(hosts)))
+                for h in dropped:
+                    self.failures[h] += 1
+                    if new.get(h, 0) == 0 and h in listed:
+                        self._blacklist(h, "all %d of its ranks were lost while discovery still lists it" % old[h])
+                    elif h in self._last_dropped:
+                        self._blacklist(h, "it lost ranks in 2 failure resets in a row")
+                    else:
+                        self.held.setdefault(h, []).extend(self._until() for _ in range(old[h] - new.get(h, 0)))
+                self._last_dropped = set(dropped)
+            self.occupancy = dict(new)
+            if self.reset_limit is not None and self.resets > self.reset_limit:
+                self._say("reset %d is over --reset-limit %d: the ranks end the job" % (self.resets, self.reset_limit))
+            self.refresh()
+            return {"ok": True, "resets": self.resets, "generation": self.generation}
+
+    def log(self, payload):
+        """Handler of `/log`: a rank's message, as one line on tfringrun's stderr.
+
+        Args:
+            payload: {"message": str}.
+
+        Returns:
+            dict: {"ok": True}.
+
+        Raises:
+            BadRequest: no string message.
+        """
+        message = payload.get("message")
+        if not isinstance(message, str):
+            raise BadRequest("'message' must be a string")
+        text = "".join(c if c.isprintable() else " " for c in " ".join(message.split()))
+        self._say(text[:MAX_LOG_MESSAGE])
+        return {"ok": True}
+
+    def handlers(self):
+        """The server's handler table.
+
+        Returns:
+            dict: {path: handler}.
+        """
+        return {"/hosts": self.hosts, "/reset": self.reset, "/log": self.log}
+
+
+class _Poller:
+    """Runs discover() every `interval` s on a daemon thread into the book; a failed run is logged (once per
+    distinct error) and ignored: the last good result stays."""
+
+    def __init__(self, discover, book, say, label, interval=POLL_INTERVAL):
+        self.discover, self.book, self.say, self.label, self.interval = discover, book, say, label, interval
+        self._stop, self._thread, self._last_error = threading.Event(), None, None
+
+    def poll_once(self, then="this poll is ignored"):
+        try:
+            hosts = self.discover()
+        except DiscoveryError as e:
+            if str(e) != self._last_error:
+                self.say("%s: %s; %s" % (self.label, e, then))
+            self._last_error = str(e)
+            self.book.refresh()
+            return False
+        self._last_error = None
+        self.book.set_discovered(hosts)
+        return True
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            self.poll_once()
+
+    def start(self):
+        self._thread = threading.Thread(target=self._loop, name="tfring-elastic-discovery", daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)  # a daemon thread: a slow discovery run does not hold tfringrun's exit
+
+
+def _fixed_hosts(args):  # without a discovery script: -H, --hostfile, else localhost with -np slots
+    hosts = host_list(args) or [("localhost", args.np)]
+    total = sum(s for _, s in hosts)
+    if total < args.min_num_proc:
+        raise UsageError("--min-np: %d is more than the %d slots of %s" % (
+            args.min_num_proc, total, "-H" if args.hosts else "--hostfile"))
+    return hosts
+
+
+def run_elastic(args, environ=None, stderr=None):
+    """tfringrun in elastic mode: discovery, the driver's server, mpirun; returns when mpirun exits.
+
+    Args:
+        args: parsed, checked arguments (flags.is_elastic(args) is true).
+        environ: the launcher's environment (default os.environ).
+        stderr: where tfringrun's own lines go (default sys.stderr).
+
+    Returns:
+        int: mpirun's exit code (0: the job succeeded); 1 when discovery fails at once or too few slots come
+        within --elastic-timeout; 130 on Ctrl-C while waiting.
+
+    Raises:
+        UsageError: a bad host list or environment value.
+    """
+    stderr = stderr or sys.stderr
+    environ = os.environ if environ is None else environ
+    timeout = elastic_timeout(args, environ)
+
+    def say(message):
+        stderr.write("%stfringrun: elastic: %s\n" % (stamp() + " " if args.log_with_timestamp else "", message))
+        stderr.flush()
+
+    if args.host_discovery_script:
+        label = "--host-discovery-script %s" % args.host_discovery_script
+        discover = functools.partial(run_discovery, args.host_discovery_script, args.slots or DEFAULT_SLOTS)
+    else:
+        label, discover = "hosts", _fixed_hosts(args).copy
+    book = HostBook(args.max_num_proc, args.cooldown_range, args.reset_limit, say)
+    poller = _Poller(discover, book, say, label)
+    if not poller.poll_once(then="the first run must succeed (as horovodrun)"):
+        return 1
+    poller.start()
+    try:
+        deadline = time.monotonic() + timeout
+        if sum(s for _, s in book.refresh()) < args.min_num_proc:
+            say("waiting up to %d s (--elastic-timeout) for --min-np %d slots" % (timeout, args.min_num_proc))
+        while sum(s for _, s in book.refresh()) < args.min_num_proc:
+            if time.monotonic() >= deadline:
+                have = sum(s for _, s in book.refresh())
+                say("only %d slots available after %d s (--min-np %d)" % (have, timeout, args.min_num_proc))
+                return 1
+            time.sleep(0.2)
+        available = book.refresh()
+        hosts, np_ = _choose_hosts(available, args.np, args.max_num_proc)
+        secret = new_secret()
+        try:
+            server = DriverServer(_bind_address([h for h, _ in available]), secret, book.handlers(), log=stderr)
+        except (RuntimeError, OSError) as e:
+            say("cannot start the driver: %s" % e)
+            return 1
+        server.start()
+        try:
+            cmd, env = plan_elastic(args, hosts, np_, server.address, secret, environ)
+            book.set_placement(hosts, np_)
+            if args.verbose:
+                print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+            return run_command(cmd, args.output_filename, stderr=stderr, env=env,
+                               timestamp_output=bool(args.prefix_output_with_timestamp),
+                               timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,
+                               num_ranks=args.num_ranks)
+        finally:
+            server.stop()
+    except KeyboardInterrupt:
+        say("stopped while waiting for slots")
+        return 130
+    finally:
+        poller.stop()
