@@ -27,6 +27,7 @@ def save(snapshot, commit):
     path = directory()
     if path is None or cross_size() < 2 or local_rank() != 0:
         return
+    os.makedirs(path, mode=0o700, exist_ok=True)  # on another host than the launcher's it may not exist yet
     name = os.path.join(path, "state.%s" % _host_tag())
     with open(name + ".tmp", "wb") as f:
         cloudpickle.dump({"commit": commit, "snapshot": snapshot}, f)

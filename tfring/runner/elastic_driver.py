@@ -9,98 +9,22 @@ import functools
 import ipaddress
 import os
 import random
-import re
+import shutil
 import shlex
-import signal
 import socket
-import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 from tfring.elastic.protocol import BadRequest, DriverServer, new_secret
+from tfring.runner.discovery import DiscoveryError, parse_discovery, run_discovery  # noqa: F401 (public here too)
 from tfring.runner.flags import DEFAULT_SLOTS, UsageError
 from tfring.runner.launch import elastic_timeout, host_list, plan_elastic, run_command
 from tfring.runner.output import stamp
 
-DISCOVERY_TIMEOUT = 10  # seconds one run of the discovery script may take
 POLL_INTERVAL = 1.0  # seconds between discovery runs
 MAX_LOG_MESSAGE = 2000  # characters of a rank's /log message
-_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)(?::([0-9]+))?\Z")
-
-
-class DiscoveryError(RuntimeError):
-    """The discovery script could not be run, failed, timed out or printed a line that is not `host[:slots]`."""
-
-
-def parse_discovery(text, default_slots=DEFAULT_SLOTS):
-    """Parses the discovery script's output.
-
-    Args:
-        text: its stdout, one `host:slots` or `host` per line (blank lines are skipped; a host listed twice with
-            the same slots counts once).
-        default_slots: slots of a host listed without `:slots` (--slots-per-host).
-
-    Returns:
-        list: [(host, slots), ...] in the order listed.
-
-    Raises:
-        ValueError: naming the first bad line.
-    """
-    hosts = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        m = _LINE.match(line)
-        if not m:
-            raise ValueError("line %d %r: expected 'host:slots' or 'host'" % (lineno, raw[:200]))
-        name, slots = m.group(1), int(m.group(2)) if m.group(2) is not None else default_slots
-        if hosts.get(name, slots) != slots:
-            raise ValueError("line %d %r: host %s listed again with other slots (%d)" % (
-                lineno, raw[:200], name, hosts[name]))
-        hosts[name] = slots
-    return list(hosts.items())
-
-
-def run_discovery(script, default_slots=DEFAULT_SLOTS, timeout=DISCOVERY_TIMEOUT):
-    """Runs the discovery script once (no shell; its whole process group is killed past the timeout).
-
-    Args:
-        script: path of the executable.
-        default_slots: slots of a host listed without `:slots`.
-        timeout: seconds it may take.
-
-    Returns:
-        list: [(host, slots), ...] as `parse_discovery`.
-
-    Raises:
-        DiscoveryError: it could not start, timed out, exited non-zero or printed a bad line.
-    """
-    try:
-        proc = subprocess.Popen([script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-    except OSError as e:
-        raise DiscoveryError("cannot run it: %s" % (e.strerror or e)) from None
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.communicate(timeout=2)
-        except subprocess.TimeoutExpired:  # a child left its own session holding the pipes
-            proc.kill()
-        raise DiscoveryError("did not finish within %d s" % timeout) from None
-    if proc.returncode != 0:
-        tail = err.decode(errors="replace").strip().splitlines()[-1:] if err else []
-        raise DiscoveryError("exited with code %d%s" % (proc.returncode, (": " + tail[0][:300]) if tail else ""))
-    try:
-        return parse_discovery(out.decode(errors="replace"), default_slots)
-    except ValueError as e:
-        raise DiscoveryError(str(e)) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -283,6 +207,21 @@ class HostBook:
             self._say("blacklisted host %s (%s) %s" % (host, why, "for the rest of the job" if until == float("inf")
                       else "for %.0f s (--blacklist-cooldown-range)" % (until - time.monotonic())))
 
+    def lost(self, host):
+        """PRRTE lost `host` (link cut or host down) and ended the job: blacklist it; counts as a reset.
+
+        Args:
+            host: the host name from mpirun's report.
+
+        Returns:
+            int: the number of resets so far.
+        """
+        with self._lock:
+            self._blacklist(self._canonical(host), "Open MPI lost contact with it")
+            self.resets += 1
+            self.refresh()
+            return self.resets
+
     def hosts(self, payload):
         """Handler of `/hosts`: the available hosts and the slots the job may add.
 
@@ -416,6 +355,49 @@ class _Poller:
             self._thread.join(timeout=2)  # a daemon thread: a slow discovery run does not hold tfringrun's exit
 
 
+def _wait_for_slots(book, need, timeout, say):
+    deadline = time.monotonic() + timeout
+    if sum(s for _, s in book.refresh()) < need:
+        say("waiting up to %d s (--elastic-timeout) for --min-np %d slots" % (timeout, need))
+    while sum(s for _, s in book.refresh()) < need:
+        if time.monotonic() >= deadline:
+            say("only %d slots available after %d s (--min-np %d)" % (sum(s for _, s in book.refresh()), timeout,
+                                                                      need))
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _launch_until_done(args, book, server, secret, state_dir, environ, stderr, say, timeout):
+    """Runs mpirun; when Open MPI lost a host (ULFM survives lost processes, not lost hosts: PRRTE ends the
+    job), blacklists it and starts the job again on the remaining hosts, resuming from the last commit on disk."""
+    extra = {"TFRING_ELASTIC_STATE_DIR": state_dir}
+    while True:
+        available = book.refresh()
+        hosts, np_ = _choose_hosts(available, args.np, args.max_num_proc)
+        cmd, env = plan_elastic(args, hosts, np_, server.address, secret, environ, extra_env=extra)
+        book.set_placement(hosts, np_)
+        if args.verbose:
+            print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+        report = {}
+        rc = run_command(cmd, args.output_filename, stderr=stderr, env=env,
+                         timestamp_output=bool(args.prefix_output_with_timestamp),
+                         timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,
+                         num_ranks=args.num_ranks, report=report)
+        lost = report.get("lost_host")
+        if rc == 0 or not lost:
+            return rc
+        resets = book.lost(lost)
+        if args.reset_limit is not None and resets > args.reset_limit:
+            say("lost host %s; the job was reset %d times (--reset-limit %d): not restarting it" % (
+                lost, resets, args.reset_limit))
+            return rc or 1
+        say("lost host %s: starting the job again on the remaining hosts from the last commit" % lost)
+        if not _wait_for_slots(book, args.min_num_proc, timeout, say):
+            return rc or 1
+        extra["TFRING_ELASTIC_RESTART"] = "1"
+
+
 def _fixed_hosts(args):  # without a discovery script: -H, --hostfile, else localhost with -np slots
     hosts = host_list(args) or [("localhost", args.np)]
     total = sum(s for _, s in hosts)
@@ -459,35 +441,21 @@ def run_elastic(args, environ=None, stderr=None):
         return 1
     poller.start()
     try:
-        deadline = time.monotonic() + timeout
-        if sum(s for _, s in book.refresh()) < args.min_num_proc:
-            say("waiting up to %d s (--elastic-timeout) for --min-np %d slots" % (timeout, args.min_num_proc))
-        while sum(s for _, s in book.refresh()) < args.min_num_proc:
-            if time.monotonic() >= deadline:
-                have = sum(s for _, s in book.refresh())
-                say("only %d slots available after %d s (--min-np %d)" % (have, timeout, args.min_num_proc))
-                return 1
-            time.sleep(0.2)
-        available = book.refresh()
-        hosts, np_ = _choose_hosts(available, args.np, args.max_num_proc)
+        if not _wait_for_slots(book, args.min_num_proc, timeout, say):
+            return 1
         secret = new_secret()
         try:
-            server = DriverServer(_bind_address([h for h, _ in available]), secret, book.handlers(), log=stderr)
+            server = DriverServer(_bind_address([h for h, _ in book.refresh()]), secret, book.handlers(), log=stderr)
         except (RuntimeError, OSError) as e:
             say("cannot start the driver: %s" % e)
             return 1
         server.start()
+        state_dir = tempfile.mkdtemp(prefix="tfring-elastic-")  # mode 0700: committed state for a restart
         try:
-            cmd, env = plan_elastic(args, hosts, np_, server.address, secret, environ)
-            book.set_placement(hosts, np_)
-            if args.verbose:
-                print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-            return run_command(cmd, args.output_filename, stderr=stderr, env=env,
-                               timestamp_output=bool(args.prefix_output_with_timestamp),
-                               timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,
-                               num_ranks=args.num_ranks)
+            return _launch_until_done(args, book, server, secret, state_dir, environ, stderr, say, timeout)
         finally:
             server.stop()
+            shutil.rmtree(state_dir, ignore_errors=True)
     except KeyboardInterrupt:
         say("stopped while waiting for slots")
         return 130

@@ -266,7 +266,7 @@ def descendants(pid):
 
 
 def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timestamp_output=False,
-                timestamp_logs=False, start_timeout=0, num_ranks=0):
+                timestamp_logs=False, start_timeout=0, num_ranks=0, report=None):
     """Runs mpirun; returns its exit code. SIGINT/SIGTERM stop every rank (SIGKILL after 5 s), as does a rank
     that has not started within start_timeout seconds (the command must then be wrapped by plan()).
 
@@ -344,6 +344,8 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
             "without a prompt and that the hosts reach each other; the job was stopped" % (
                 "s" if len(late) > 1 else "", ",".join(map(str, late)), num_ranks, start_timeout))
         return rc if rc > 0 else 1
+    if report is not None:  # the elastic driver restarts the job without a host PRRTE lost
+        report["lost_host"] = lost_host(relay.untagged) if not stopping else None
     if rc == 0 and lost_host(relay.untagged):
         rc = 1  # PRRTE exits 0 when it loses a host; the job did not finish
     if rc != 0:
