@@ -156,12 +156,52 @@ def test_keras_wrapper_at_size_one_is_bitwise_identical_and_round_trips_config()
         hvdk.DistributedOptimizer("sgd")
 
 
-def test_horovod_names_that_are_not_built_say_so():
-    # Every name of horovod.tensorflow(.keras) resolves; what tfring does not build fails with its reason.
+def test_elastic_state_commit_restore_and_run_at_size_1():
+    import keras
+
     import tfring.keras as hvd_keras
-    for ns in (hvd, hvd_keras):
-        with pytest.raises(NotImplementedError, match="elastic training .* is not built yet"):
-            ns.elastic.run
+    assert hvd.elastic.run is hvd_keras.elastic.run
+    assert hvd_keras.elastic.KerasState.__module__ == "tfring.keras.elastic"
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    opt = hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    state = hvd_keras.elastic.KerasState(model, opt, epoch=0, batch=0)
+    state.sync()  # builds the optimizer: its variables are part of the state
+    assert opt.built
+    before = [v.numpy().copy() for v in model.variables]
+    state.epoch = 3
+    state.commit()
+    for v in model.variables:
+        v.assign(v + 1.0)
+    state.epoch = 7
+    state.restore()
+    assert state.epoch == 3
+    for a, v in zip(before, model.variables):
+        np.testing.assert_array_equal(a, v.numpy())
+    calls = []
+    state.register_reset_callbacks([lambda: calls.append(hvd.size())])
+
+    @hvd.elastic.run
+    def fails(st):
+        raise RuntimeError("tfring: a worker process failed or left the job (test)")
+
+    # Not under tfringrun's elastic mode: the failure is reported, not retried.
+    with pytest.raises(hvd.elastic.HorovodInternalError, match="does not run in elastic mode"):
+        fails(state)
+
+    @hvd.elastic.run
+    def other(st):
+        raise KeyError("not a worker failure")
+
+    with pytest.raises(KeyError):  # other errors pass through unchanged
+        other(state)
+    assert calls == []
+    with pytest.raises(ValueError, match="batches_per_commit=0"):
+        hvd.elastic.CommitStateCallback(state, batches_per_commit=0)
+    with pytest.raises(ValueError, match="session="):
+        hvd.elastic.TensorFlowState([], session=object())
+
+
+def test_horovod_names_that_are_not_built_say_so():
     assert not hvd.ccl_built() and not hvd.ddl_built() and not hvd.gloo_built() and hvd.mpi_built()
     assert [hvd.check_num_rank_power_of_2(n) for n in (1, 2, 3, 4, 6, 8)] == [True, True, False, True, False, True]
     assert hvd.handle_average_backwards_compatibility(None, False) == hvd.Sum
