@@ -1,6 +1,7 @@
 """Elastic jobs on real ranks (tfringrun --min-np/--max-np/--host-discovery-script, ULFM): a SIGKILLed worker
-(rank 1, then rank 0) mid-epoch, the job going below --min-np, and a slot added by the discovery script. The
-job is tests/elastic/keras_job.py (Keras model, KerasState, the elastic callbacks, a commit every batch)."""
+(rank 1, then rank 0; rank 1 again with tf_keras) mid-epoch, the job going below --min-np, and a slot added by the
+discovery script (Keras 3 and tf_keras). The job is tests/elastic/keras_job.py (Keras model, KerasState, the
+elastic callbacks, a commit every batch)."""
 import glob
 import json
 import os
@@ -42,6 +43,14 @@ def results(tmp_path):
     return finals, steps
 
 
+def commits(tmp_path):
+    """{pid: [committed step counts, in order]} from keras_job.py's commits.<pid>.jsonl."""
+    out = {}
+    for f in glob.glob(str(tmp_path / "commits.*.jsonl")):
+        out[f.split(".")[-2]] = [json.loads(line)["step"] for line in open(f)]
+    return out
+
+
 def weights(final):
     return [final["arr_%d" % i] for i in range(sum(k.startswith("arr_") for k in final))]
 
@@ -53,22 +62,31 @@ def assert_same_weights(finals):
             np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("victim", [1, 0])
-def test_killed_worker_job_goes_on_with_survivors(tmp_path, victim):
+@pytest.mark.parametrize("victim,flavour", [(1, "keras"), (0, "keras"), (1, "tf_keras")])
+def test_killed_worker_job_goes_on_with_survivors(tmp_path, victim, flavour):
     kill_at = 10  # the second step of the second epoch (8 steps per epoch)
-    rc, out = finish(launch(tmp_path, ["-np", "3", "--min-np", "2"], {"ELASTIC_KILL": "%d:%d" % (victim, kill_at)}))
+    env = {"ELASTIC_KILL": "%d:%d" % (victim, kill_at), "TF_USE_LEGACY_KERAS": "1" if flavour == "tf_keras" else "0"}
+    rc, out = finish(launch(tmp_path, ["-np", "3", "--min-np", "2"], env))
     assert rc == 0, out[-5000:]
     finals, steps = results(tmp_path)
     killed = json.load(open(tmp_path / "killed.json"))
     assert killed["step"] == kill_at
     assert len(finals) == 2, out[-5000:]  # the victim never finished
     assert sorted(int(f["rank"]) for f in finals) == [0, 1] and all(int(f["size"]) == 2 for f in finals)
+    assert all(str(f["keras"]) == flavour for f in finals), [str(f["keras"]) for f in finals]
+    if flavour == "tf_keras":  # hvd.DistributedOptimizer gave the tf_keras wrapper
+        assert all(str(f["optimizer"]) == "LegacyDistributedOptimizer" for f in finals)
     assert_same_weights(finals)
     for f in finals:
         assert int(f["epoch"]) == 3 and list(f["resets"]) == [2], f
-        # Rolled back to the commit of step 10 (a commit per batch); the interrupted epoch 2 runs again in full
-        # (Keras 3 cannot start an epoch mid-way): 10 + 2 epochs * 8 steps.
+        # Rolled back to the commit of step 10 (a commit per batch); the interrupted epoch 2 runs again in full:
+        # 10 + 2 epochs * 8 steps. Neither Keras 3 nor tf_keras starts an epoch mid-way: tf_keras's fit loop does
+        # not read params["steps"] either (UpdateBatchStateCallback's shortening only changes what a progress bar
+        # shows), so tf_keras ends on the same step count.
         assert int(f["step"]) == kill_at + 2 * 8, f
+    # Every rank (the victim too) committed each step up to the kill, step 8 twice (its batch and the epoch end).
+    for pid, committed in commits(tmp_path).items():
+        assert [c for c in committed if c <= kill_at] == list(range(1, 9)) + [8, 9, 10], (pid, committed)
     survivors = [rows for rows in steps.values() if rows[-1]["size"] == 2]
     assert len(survivors) == 2
     for rows in survivors:
@@ -88,20 +106,25 @@ def test_below_min_np_ends_the_job_with_a_message(tmp_path):
     assert finals == []
 
 
-def test_slot_added_by_discovery_joins_and_gets_the_state(tmp_path):
+# tf_keras too: its optimizer has no `built`, and a newcomer must build its slots before the first sync as the
+# others did (else the state broadcast stalls on the slot variables the newcomer lacks).
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_slot_added_by_discovery_joins_and_gets_the_state(tmp_path, flavour):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("localhost:2\n")
     script = tmp_path / "discover.sh"
     script.write_text("#!/bin/sh\ncat %s\n" % hosts)
     script.chmod(0o755)
     proc = launch(tmp_path, ["-np", "2", "--max-np", "3", "--host-discovery-script", str(script)],
-                  {"ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_GROW": "%s=localhost:3" % hosts})
+                  {"ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_GROW": "%s=localhost:3" % hosts,
+                   "TF_USE_LEGACY_KERAS": "1" if flavour == "tf_keras" else "0"})
     rc, out = finish(proc)
     assert rc == 0, out[-5000:]
     finals, steps = results(tmp_path)
     assert len(finals) == 3, out[-5000:]
     assert sorted(int(f["rank"]) for f in finals) == [0, 1, 2] and all(int(f["size"]) == 3 for f in finals)
     assert [bool(f["joined"]) for f in sorted(finals, key=lambda f: int(f["rank"]))] == [False, False, True]
+    assert all(str(f["keras"]) == flavour for f in finals), [str(f["keras"]) for f in finals]
     assert_same_weights(finals)
     newcomer = [rows for rows in steps.values() if rows[0]["spawned"]]
     assert len(newcomer) == 1

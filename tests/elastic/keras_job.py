@@ -1,37 +1,49 @@
 """An elastic Keras job for tests/test_elastic.py: trains a small model with KerasState and the elastic
 callbacks; ELASTIC_KILL="rank:step" makes that (original) rank SIGKILL itself after finishing that step;
-ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file at step 3.
-Every rank appends one JSON line per finished step to $ELASTIC_OUT/steps.<pid>.jsonl and writes its final
-weights to $ELASTIC_OUT/final.<pid>.npz."""
+ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file at step 3; ELASTIC_COMMIT_EVERY=N (default 1) is
+CommitStateCallback's batches_per_commit. With TF_USE_LEGACY_KERAS=1 the model, optimizer and callbacks are
+tf_keras's (Keras 2), else Keras 3's.
+Every rank appends one JSON line per finished step to $ELASTIC_OUT/steps.<pid>.jsonl and one per commit (the
+step count it saved) to $ELASTIC_OUT/commits.<pid>.jsonl, and writes its final weights to
+$ELASTIC_OUT/final.<pid>.npz."""
 import json
 import os
 import signal
 import sys
 import time
 
-import keras
 import numpy as np
 from mpi4py import MPI
 
 import tfring.keras as hvd
 
+if os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true"):
+    import tf_keras as keras
+else:
+    import keras
+
 EPOCHS, STEPS, BATCH = 3, 8, 16
 OUT = os.environ["ELASTIC_OUT"]
 KILL = os.environ.get("ELASTIC_KILL", "")
 GROW = os.environ.get("ELASTIC_GROW", "")  # "path=text": rank 0 writes the discovery file at step 3
+COMMIT_EVERY = int(os.environ.get("ELASTIC_COMMIT_EVERY", "1"))
 
+# Started by the running job when it grew. Asked before init(): the newcomer disconnects from its parents there.
+SPAWNED = MPI.Comm.Get_parent() != MPI.COMM_NULL
 hvd.init()
 FIRST_RANK, FIRST_SIZE = hvd.rank(), hvd.size()
-SPAWNED = MPI.Comm.Get_parent() != MPI.COMM_NULL  # started by the running job when it grew
 keras.utils.set_random_seed(1)
 rng = np.random.RandomState(0)
-x_all = rng.randn(512, 8).astype("float32")
+# Enough rows for every epoch in full on up to 4 ranks: fit() keeps one pass over the data across epochs and ends
+# the training early ("ran out of data") when a shard has fewer than EPOCHS * STEPS batches.
+x_all = rng.randn(EPOCHS * STEPS * BATCH * 4, 8).astype("float32")
 y_all = (x_all @ rng.randn(8, 1)).astype("float32")
 
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
 optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01))
 model.compile(optimizer=optimizer, loss="mse")
 steps_log = open(os.path.join(OUT, "steps.%d.jsonl" % os.getpid()), "a")
+commits_log = open(os.path.join(OUT, "commits.%d.jsonl" % os.getpid()), "a")
 
 
 SLEEP = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))  # slows steps so a host can be added mid-run
@@ -53,7 +65,8 @@ class Record(keras.callbacks.Callback):
 
 
 class Kill(keras.callbacks.Callback):
-    """After the commit of step `at`: the victim dies, so the survivors roll back to exactly that step."""
+    """After step `at` (and its commit, if it is a commit point): the victim dies; the survivors roll back to the
+    last commit."""
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(optimizer.iterations.numpy())
@@ -65,7 +78,17 @@ class Kill(keras.callbacks.Callback):
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
-state = hvd.elastic.KerasState(model, optimizer, epoch=0, batch=0)
+class LoggedKerasState(hvd.elastic.KerasState):
+    """KerasState that logs the step count of every commit (`save()` is what `commit()` keeps)."""
+
+    def save(self):
+        super().save()
+        commits_log.write(json.dumps({"t": time.time(), "step": int(optimizer.iterations.numpy()),
+                                      "rank": hvd.rank(), "size": hvd.size(), "first_rank": FIRST_RANK}) + "\n")
+        commits_log.flush()
+
+
+state = LoggedKerasState(model, optimizer, epoch=0, batch=0)
 resets = []
 state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 
@@ -73,15 +96,16 @@ state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 @hvd.elastic.run
 def train(state):
     x, y = x_all[hvd.rank()::hvd.size()], y_all[hvd.rank()::hvd.size()]
+    callbacks = [Record(), hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+                 hvd.elastic.CommitStateCallback(state, batches_per_commit=COMMIT_EVERY), Kill()]
     model.fit(x, y, batch_size=BATCH, steps_per_epoch=STEPS, epochs=EPOCHS - state.epoch, verbose=0, shuffle=False,
-              callbacks=[Record(), hvd.elastic.UpdateEpochStateCallback(state),
-                         hvd.elastic.UpdateBatchStateCallback(state), hvd.elastic.CommitStateCallback(state), Kill()])
+              callbacks=callbacks)
 
 
 train(state)
 np.savez(os.path.join(OUT, "final.%d.npz" % os.getpid()), *[v.numpy() for v in model.variables],
          rank=hvd.rank(), size=hvd.size(), epoch=state.epoch, step=int(optimizer.iterations.numpy()),
-         resets=np.array(resets), joined=SPAWNED)
+         resets=np.array(resets), joined=SPAWNED, keras=keras.__name__, optimizer=type(optimizer).__name__)
 print("rank %d of %d done: epoch %d step %d resets %s" % (hvd.rank(), hvd.size(), state.epoch,
                                                           int(optimizer.iterations.numpy()), resets))
 sys.stdout.flush()

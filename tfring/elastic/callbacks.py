@@ -37,8 +37,8 @@ class CommitStateCallback(Callback):
 
 
 class UpdateBatchStateCallback(Callback):
-    """Keeps `state.batch` at the last finished batch of the epoch (0 after an epoch), and shortens the epoch
-    that resumes after a reset by the batches already done.
+    """Keeps `state.batch` at the last finished batch of the epoch (0 after an epoch). Like Horovod's, it also
+    lowers `params["steps"]` of the resumed epoch, which only progress bars read: `fit` reruns the epoch in full.
 
     Args:
         state: a `tfring.elastic.State` with a `batch` attribute.

@@ -19,6 +19,13 @@ def run(func):
 
     Returns:
         The wrapped function; it returns what `func` returns.
+
+    Raises:
+        HorovodInternalError: (from the wrapped function) a worker failed in a job not started in elastic mode
+            (`tfringrun` without `--min-np` / `--max-np` / `--host-discovery-script`).
+        RuntimeError: (from the wrapped function) fewer than `--min-np` ranks remain and no new slots came within
+            `--elastic-timeout`, or `--reset-limit` was reached.
+        Exception: anything else `func` raises that is not a worker failure is raised unchanged.
     """
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):

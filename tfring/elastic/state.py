@@ -80,15 +80,27 @@ class State:
             raise HostsUpdatedInterrupt(skip_sync=False)
 
     def save(self):
-        """Keeps a copy of the state (subclasses)."""
+        """Keeps a copy of the state (subclasses).
+
+        Raises:
+            NotImplementedError: `State` itself defines no state; a subclass implements it.
+        """
         raise NotImplementedError()
 
     def restore(self):
-        """Returns to the last saved copy (subclasses)."""
+        """Returns to the last saved copy (subclasses).
+
+        Raises:
+            NotImplementedError: `State` itself defines no state; a subclass implements it.
+        """
         raise NotImplementedError()
 
     def sync(self):
-        """Makes every rank's state rank 0's (subclasses), then saves it."""
+        """Makes every rank's state rank 0's (subclasses), then saves it.
+
+        Raises:
+            NotImplementedError: `State` itself defines no state; a subclass implements it.
+        """
         raise NotImplementedError()
 
     def reset(self):

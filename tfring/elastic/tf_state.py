@@ -82,7 +82,7 @@ class TensorFlowKerasState(TensorFlowState):
 
     def _build_optimizer(self):
         opt = self.optimizer
-        if opt is not None and hasattr(opt, "build") and not getattr(opt, "built", True):
+        if opt is not None and hasattr(opt, "build") and not getattr(opt, "built", False):  # tf_keras: no `built`
             opt.build(self.model.trainable_variables)
 
     def _tracked(self):
