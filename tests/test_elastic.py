@@ -43,6 +43,16 @@ def results(tmp_path):
     return finals, steps
 
 
+def discovery_script(tmp_path, text):
+    """(file listing the hosts, executable discovery script printing it): rewrite the file to change hosts."""
+    listed = tmp_path / "hosts.txt"
+    listed.write_text(text)
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % listed)
+    script.chmod(0o755)
+    return listed, script
+
+
 def commits(tmp_path):
     """{pid: [committed step counts, in order]} from keras_job.py's commits.<pid>.jsonl."""
     out = {}
@@ -110,11 +120,7 @@ def test_below_min_np_ends_the_job_with_a_message(tmp_path):
 # others did (else the state broadcast stalls on the slot variables the newcomer lacks).
 @pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
 def test_slot_added_by_discovery_joins_and_gets_the_state(tmp_path, flavour):
-    hosts = tmp_path / "hosts.txt"
-    hosts.write_text("localhost:2\n")
-    script = tmp_path / "discover.sh"
-    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
-    script.chmod(0o755)
+    hosts, script = discovery_script(tmp_path, "localhost:2\n")
     proc = launch(tmp_path, ["-np", "2", "--max-np", "3", "--host-discovery-script", str(script)],
                   {"ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_GROW": "%s=localhost:3" % hosts,
                    "TF_USE_LEGACY_KERAS": "1" if flavour == "tf_keras" else "0"})

@@ -2,17 +2,14 @@
 gets new ranks (MPI_Comm_spawn onto a host outside mpirun's allocation) and the committed state; a host whose
 link is cut is dropped and the job goes on from the last commit on the remaining host (Open MPI ends a job that
 loses a host, so tfringrun starts it again). Needs root and `ip netns`; skipped with the reason otherwise."""
-import glob
-import json
 import os
 import subprocess
 import sys
 import time
 
-import numpy as np
-import pytest
 
-from conftest import ROOT, kill_session, rank_env
+from conftest import ROOT, rank_env
+from test_elastic import assert_same_weights, discovery_script, finish, results
 from test_multihost import NETNS_ENV, NH, _nh, hosts  # noqa: F401  (the module's emulated hosts fixture)
 
 JOB = os.path.join(ROOT, "tests", "elastic", "keras_job.py")
@@ -27,38 +24,8 @@ def elastic_on_h1(fake_ssh, tmp_path, args, env=None):
                             start_new_session=True)
 
 
-def discovery(tmp_path, text):
-    listed = tmp_path / "hosts.txt"
-    listed.write_text(text)
-    script = tmp_path / "discover.sh"
-    script.write_text("#!/bin/sh\ncat %s\n" % listed)
-    script.chmod(0o755)
-    return listed, script
-
-
-def finish(proc, timeout=240):
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_session(proc.pid)
-        out, _ = proc.communicate()
-        pytest.fail("elastic job still running after %d s:\n%s" % (timeout, out[-5000:]))
-    return proc.returncode, out
-
-
-def read(tmp_path):
-    finals = [dict(np.load(f)) for f in sorted(glob.glob(str(tmp_path / "final.*.npz")))]
-    steps = [[json.loads(line) for line in open(f)] for f in glob.glob(str(tmp_path / "steps.*.jsonl"))]
-    return finals, steps
-
-
-def same_weights(finals):
-    arrays = [[f[k] for k in sorted(f) if k.startswith("arr_")] for f in finals]
-    return all(all(np.array_equal(a, b) for a, b in zip(arrays[0], other)) for other in arrays[1:])
-
-
 def test_host_added_by_discovery_gets_ranks_and_state(hosts, tmp_path):  # noqa: F811
-    listed, script = discovery(tmp_path, "h1:2\n")
+    listed, script = discovery_script(tmp_path, "h1:2\n")
     proc = elastic_on_h1(hosts, tmp_path, ["-np", "2", "--max-np", "3", "--host-discovery-script", str(script)],
                          {"ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_GROW": "%s=h1:2\nh2:1" % listed})
     rc, out = finish(proc)
@@ -66,9 +33,10 @@ def test_host_added_by_discovery_gets_ranks_and_state(hosts, tmp_path):  # noqa:
     # itself often aborts in its teardown ("free(): invalid ...", SIGABRT) once every rank has finished. Anything
     # else non-zero fails, and the ranks' results are checked in full either way.
     assert rc == 0 or ("free(): invalid" in out and "exit code -6" in out), out[-5000:]
-    finals, steps = read(tmp_path)
+    finals, files = results(tmp_path)
+    steps = list(files.values())
     assert len(finals) == 3 and all(int(f["size"]) == 3 for f in finals), out[-5000:]
-    assert same_weights(finals)
+    assert_same_weights(finals)
     newcomer = [rows for rows in steps if rows[0]["spawned"]]
     assert len(newcomer) == 1 and newcomer[0][0]["step"] > 3, newcomer  # went on from the commit
     assert "tfring.elastic: reset (grow): 2 -> 3 ranks" in out, out[-5000:]
@@ -76,11 +44,11 @@ def test_host_added_by_discovery_gets_ranks_and_state(hosts, tmp_path):  # noqa:
 
 
 def test_cut_link_drops_the_host_and_the_job_resumes_from_the_last_commit(hosts, tmp_path):  # noqa: F811
-    _, script = discovery(tmp_path, "h1:2\nh2:1\n")
+    _, script = discovery_script(tmp_path, "h1:2\nh2:1\n")
     proc = elastic_on_h1(hosts, tmp_path, ["-np", "3", "--min-np", "2", "--host-discovery-script", str(script)],
                          {"ELASTIC_STEP_SLEEP": "0.3"})
     deadline = time.time() + 120
-    while time.time() < deadline and not any(rows and rows[-1]["step"] >= 5 for rows in read(tmp_path)[1]):
+    while time.time() < deadline and not any(rows and rows[-1]["step"] >= 5 for rows in results(tmp_path)[1].values()):
         time.sleep(0.1)
     cut = time.time()
     _nh("link", "h2", "down")
@@ -90,9 +58,10 @@ def test_cut_link_drops_the_host_and_the_job_resumes_from_the_last_commit(hosts,
         _nh("link", "h2", "up", check=False)
     assert rc == 0, out[-5000:]
     assert "lost host h2: starting the job again on the remaining hosts from the last commit" in out, out[-5000:]
-    finals, steps = read(tmp_path)
+    finals, files = results(tmp_path)
+    steps = list(files.values())
     assert len(finals) == 2 and all(int(f["size"]) == 2 for f in finals), out[-5000:]
-    assert same_weights(finals)
+    assert_same_weights(finals)
     restarted = [rows for rows in steps if rows[0]["t"] > cut]
     old = [rows for rows in steps if rows[0]["t"] < cut]
     assert len(restarted) == 2 and len(old) == 3, steps

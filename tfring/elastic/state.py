@@ -73,6 +73,8 @@ class State:
         Raises:
             HostsUpdatedInterrupt: the job will grow at this point.
         """
+        if not _world.enabled():  # no launcher to offer hosts (the same on every rank): no broadcast per commit
+            return
         pending = _world.pending_growth() if _world.rank_is_root() else None
         pending = self._bcast_object(pending)
         if pending:
