@@ -1,10 +1,11 @@
 """Shared helpers: run a rank-side pytest file under real MPI ranks and report every rank's output."""
 import os
-import signal
 import subprocess
 import sys
 
 import pytest
+
+from tfring.runner.launch import kill_session  # noqa: F401 (the tests' helper too)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -29,17 +30,6 @@ def rank_env():
     # launch until its timeout; tests that exercise the stall inspector set their own values.
     env.setdefault("TFRING_STALL_SHUTDOWN_TIME_SECONDS", "120")
     return env
-
-
-def kill_session(sid):
-    """SIGKILL every process of session `sid` (mpirun and its ranks, whatever process groups they made), so no
-    orphan keeps the output pipe open."""
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            if os.getsid(pid) == sid:
-                os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def run_ranks(np_, args, timeout=600, env=None):

@@ -433,7 +433,7 @@ def test_planned_command_has_ulfm_and_forwards_the_secret_by_name_only():
     assert {k: v for k, v in env.items() if k.startswith("TFRING_ELASTIC")} == {
         "TFRING_ELASTIC": "1", "TFRING_ELASTIC_DRIVER": "10.1.2.3:4444", "TFRING_ELASTIC_SECRET": secret,
         "TFRING_ELASTIC_MIN_NP": "1", "TFRING_ELASTIC_MAX_NP": "3", "TFRING_ELASTIC_TIMEOUT": "30",
-        "TFRING_ELASTIC_RESET_LIMIT": "4",
+        "TFRING_ELASTIC_RESET_LIMIT": "4", "TFRING_ELASTIC_DISCOVERY": "0",
         "TFRING_ELASTIC_COMMAND": json.dumps([sys.executable, "train.py", "--lr", "0.1"])}
     for name in ["TFRING_ELASTIC", "TFRING_ELASTIC_DRIVER", "TFRING_ELASTIC_MIN_NP", "TFRING_ELASTIC_COMMAND"]:
         assert ("-x", name) in zip(cmd, cmd[1:])

@@ -30,9 +30,12 @@ def test_host_added_by_discovery_gets_ranks_and_state(hosts, tmp_path):  # noqa:
                          {"ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_GROW": "%s=h1:2\nh2:1" % listed})
     rc, out = finish(proc)
     # Known Open MPI 5.0.11 defect (docs/elastic.md): after a spawn onto a host added to the allocation, prterun
-    # itself often aborts in its teardown ("free(): invalid ...", SIGABRT) once every rank has finished. Anything
-    # else non-zero fails, and the ranks' results are checked in full either way.
-    assert rc == 0 or ("free(): invalid" in out and "exit code -6" in out), out[-5000:]
+    # itself often dies in its teardown (SIGABRT or SIGSEGV) once every rank has finished. The ranks report their
+    # exits to tfringrun, which then calls the job a success, saying so; the ranks' results are checked in full.
+    assert rc == 0, out[-5000:]
+    assert "the job failed" not in out, out[-5000:]
+    if "mpirun ended with exit code" in out:
+        assert "every rank of the final 3 reported success" in out, out[-5000:]
     finals, files = results(tmp_path)
     steps = list(files.values())
     assert len(finals) == 3 and all(int(f["size"]) == 3 for f in finals), out[-5000:]

@@ -2,7 +2,9 @@
 ends the whole job when it loses a host's daemon (measured, docs/elastic.md), so the launcher starts the job
 again on the remaining hosts and rank 0 resumes from the last commit it finds here.
 
-Only jobs that span hosts write it (a lost host is the only reader), one file per host (its local rank 0),
+Only jobs that span hosts, or may come to (a --host-discovery-script), write it, one file per host (its local
+rank 0). It is also read after mpirun itself died (Open MPI 5.0.11's prterun can crash while spawning onto an added
+host): a single-host job without a discovery script then starts again from its beginning. Each file is
 written next to the old one and renamed over it, so a reader never sees half a file. The directory is the
 launcher's private one (mode 0700, $TFRING_ELASTIC_STATE_DIR); the files are cloudpickle'd State snapshots
 written by this job only."""
@@ -20,12 +22,13 @@ def directory():
 
 def save(snapshot, commit):
     """Writes `snapshot` (a picklable dict) as commit number `commit` if this rank is its host's first and the
-    job spans hosts."""
+    job spans hosts or has a discovery script."""
     import cloudpickle
 
     from tfring.basics import cross_size, local_rank
     path = directory()
-    if path is None or cross_size() < 2 or local_rank() != 0:
+    spans = cross_size() >= 2 or os.environ.get("TFRING_ELASTIC_DISCOVERY") == "1"
+    if path is None or not spans or local_rank() != 0:
         return
     os.makedirs(path, mode=0o700, exist_ok=True)  # on another host than the launcher's it may not exist yet
     name = os.path.join(path, "state.%s" % _host_tag())

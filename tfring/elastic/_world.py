@@ -20,6 +20,7 @@ _pending = None  # rank 0: the launcher's latest growth proposal [[host, n], ...
 _pending_since = 0.0  # proposals from requests started before this time are stale (a reset happened)
 _agreed = None  # the growth every rank agreed on in check_host_updates
 _poller = None
+_drivers = {}  # rank 0: the launcher's address for each host offered for growth (as the launcher names it)
 
 
 def enabled():
@@ -55,8 +56,10 @@ def reset_limit():
 def _client():
     if not os.environ.get(ENV_PREFIX + "_DRIVER"):
         return None  # run under mpirun --with-ft ulfm directly: survives failures, cannot grow
-    from tfring.elastic.protocol import client_from_env
-    return client_from_env()
+    from tfring.elastic.protocol import DRIVER_ENV, client_from_env
+    drivers = json.loads(os.environ.get(ENV_PREFIX + "_DRIVERS") or "{}")  # set for spawned processes, by host
+    address = drivers.get(host_name())
+    return client_from_env(dict(os.environ, **{DRIVER_ENV: address}) if address else None)
 
 
 def host_name():
@@ -73,6 +76,8 @@ def base_comm():
             from mpi4py import MPI
             parent = MPI.Comm.Get_parent()
             _base = parent.Merge(high=True) if parent != MPI.COMM_NULL else MPI.COMM_WORLD
+            sys.exit = _record_exit(sys.exit)
+            atexit.register(_at_exit)  # after mpi4py's (it runs first): before MPI_Finalize
         return _base
 
 
@@ -89,6 +94,7 @@ def _poll():
         try:
             reply = client.call("/hosts", {"rank": 0})
             add = reply.get("add") or None
+            _drivers.update(reply.get("drivers") or {})
         except Exception as e:  # the launcher may be gone at the end of the job; growth just stops
             sys.stderr.write("tfring.elastic: cannot reach the launcher for host updates: %s\n" % e)
             add = None
@@ -152,6 +158,9 @@ def _spawn(comm, add):
     """Collective over comm: starts sum(n) processes on the hosts of `add` and merges them in (highest ranks)."""
     from mpi4py import MPI
     command = _command()
+    drivers = {h: _drivers[h] for h, _ in add if h in _drivers}
+    if drivers:  # the address this process uses may not be reachable from a newly added host
+        command = ["/usr/bin/env", "%s_DRIVERS=%s" % (ENV_PREFIX, json.dumps(drivers))] + command
     info = MPI.Info.Create()
     hosts = ",".join("%s:%d" % (h, n) for h, n in add)
     info.Set("host", hosts)
@@ -197,7 +206,9 @@ def _wait_for_slots(comm, need):
     add = None
     while comm.rank == 0 and client is not None and time.time() < deadline:
         try:
-            offered = client.call("/hosts", {"rank": 0}).get("add") or []
+            reply = client.call("/hosts", {"rank": 0})
+            offered = reply.get("add") or []
+            _drivers.update(reply.get("drivers") or {})
         except Exception:
             offered = []
         if sum(n for _, n in offered) >= need:
@@ -209,6 +220,7 @@ def _wait_for_slots(comm, need):
 
 
 _exit_code = []
+_failed = False  # a worker failure happened: leave without MPI_Finalize
 
 
 def _record_exit(original):
@@ -218,23 +230,31 @@ def _record_exit(original):
     return exit
 
 
-def _exit_without_finalize():
-    """At exit of a process that survived a worker failure: Open MPI's MPI_Finalize can hang after a process
-    failure (seen here in about 1 of 10 runs; cf. open-mpi/ompi#11404), and under `--with-ft ulfm` a process that
-    exits without it still counts as a success (measured). So: stop tfring, flush, and leave with the script's
-    status (1 after an uncaught exception, sys.exit()'s code, else 0). Exit handlers registered before the first
-    failure do not run."""
+def _at_exit():
+    """At exit of an elastic rank: tells the launcher this rank's status, so that tfringrun can tell a job whose
+    every rank finished from one that failed when mpirun itself dies in its teardown (an Open MPI 5.0.11 defect
+    after a spawn onto an added host, docs/elastic.md). After a worker failure, also leaves without MPI_Finalize:
+    it can hang after a process failure (seen here in about 1 of 10 runs; cf. open-mpi/ompi#11404), and under
+    `--with-ft ulfm` a process that exits without it still counts as a success (measured). The status is the
+    script's: 1 after an uncaught exception, sys.exit()'s code, else 0."""
     import tfring.basics as basics
     code = _exit_code[-1] if _exit_code else (1 if getattr(sys, "last_value", None) is not None else 0)
     try:
         basics.shutdown()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
+        client = _client()
+        if client is not None and _base is not None:
             try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+                client.call("/exit", {"rank": _base.rank, "size": _base.size, "code": code})
+            except Exception as e:  # noqa: BLE001 - the launcher gone or unreachable: mpirun's status stands
+                sys.stderr.write("tfring.elastic: could not report this rank's exit: %s\n" % e)
+    finally:
+        if _failed:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
 
 
 def reset(failure):
@@ -247,7 +267,7 @@ def reset(failure):
     Raises:
         RuntimeError: --reset-limit reached, or fewer than --min-np ranks left and no slots came in time.
     """
-    global _base, _resets, _agreed
+    global _base, _resets, _agreed, _failed
     import tfring.basics as basics
     _resets += 1
     limit = reset_limit()
@@ -259,10 +279,7 @@ def reset(failure):
     basics.shutdown()  # the background thread stops (it already has after a failure); MPI is ours now
     comm = base_comm()
     if failure:
-        if not getattr(sys.exit, "_tfring", False):
-            sys.exit = _record_exit(sys.exit)
-            sys.exit._tfring = True
-            atexit.register(_exit_without_finalize)  # runs before mpi4py's MPI_Finalize and tfring's shutdown
+        _failed = True
         with _Deadline("shrinking the communicator", timeout()):
             comm = comm.Shrink()
         lost = (old_size or comm.size) - comm.size

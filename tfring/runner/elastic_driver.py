@@ -2,8 +2,9 @@
 available hosts (discovered minus blacklisted) and where the job's ranks are, starts `mpirun --with-ft ulfm` on
 enough of them, and answers the ranks over an authenticated HTTP channel (tfring.elastic.protocol): `/hosts` (the
 available hosts and the free slots the job may grow into), `/reset` (the job's placement after a failure or a
-growth: blacklisting is decided here, see HostBook) and `/log` (a rank's line on tfringrun's stderr). The ranks
-shrink and grow the job themselves (ULFM shrink, MPI_Comm_spawn); this driver only keeps the books."""
+growth: blacklisting is decided here, see HostBook), `/log` (a rank's line on tfringrun's stderr) and `/exit` (each
+rank's status at exit, elastic_exits.py), on one listener per interface the hosts reach (elastic_listeners.py). The
+ranks shrink and grow the job themselves (ULFM shrink, MPI_Comm_spawn); this driver only keeps the books."""
 import collections
 import functools
 import ipaddress
@@ -17,7 +18,9 @@ import tempfile
 import threading
 import time
 
-from tfring.elastic.protocol import BadRequest, DriverServer, new_secret
+from tfring.elastic.protocol import BadRequest, new_secret
+from tfring.runner.elastic_exits import ExitLedger
+from tfring.runner.elastic_listeners import Listeners
 from tfring.runner.discovery import DiscoveryError, parse_discovery, run_discovery  # noqa: F401 (public here too)
 from tfring.runner.flags import DEFAULT_SLOTS, UsageError
 from tfring.runner.launch import elastic_timeout, host_list, plan_elastic, run_command
@@ -211,13 +214,14 @@ class HostBook:
         """PRRTE lost `host` (link cut or host down) and ended the job: blacklist it; counts as a reset.
 
         Args:
-            host: the host name from mpirun's report.
+            host: the host name from mpirun's report; None when mpirun died on its own (nothing blacklisted).
 
         Returns:
             int: the number of resets so far.
         """
         with self._lock:
-            self._blacklist(self._canonical(host), "Open MPI lost contact with it")
+            if host is not None:
+                self._blacklist(self._canonical(host), "Open MPI lost contact with it")
             self.resets += 1
             self.refresh()
             return self.resets
@@ -368,33 +372,60 @@ def _wait_for_slots(book, need, timeout, say):
     return True
 
 
-def _launch_until_done(args, book, server, secret, state_dir, environ, stderr, say, timeout):
+def _hosts_with_drivers(book, listeners, payload):
+    # /hosts, plus for each host offered for growth the driver's address on the route to it (rank 0 passes it to
+    # the processes it spawns there: a job started on 127.0.0.1 alone is not reachable from a new remote host).
+    reply = book.hosts(payload)
+    reply["drivers"] = listeners.drivers_for(reply["add"])
+    return reply
+
+
+def _finished(exits, rc):
+    size = exits.finished_size()
+    if size is None:
+        return None
+    return ("every rank of the final %d reported success, but mpirun ended with exit code %d after them (Open MPI "
+            "5.0.11 can crash in its teardown after a spawn onto an added host; see docs/elastic.md): the job "
+            "succeeded" % (size, rc))
+
+
+def _launch_until_done(args, book, exits, listeners, secret, state_dir, environ, stderr, say, timeout):
     """Runs mpirun; when Open MPI lost a host (ULFM survives lost processes, not lost hosts: PRRTE ends the
     job), blacklists it and starts the job again on the remaining hosts, resuming from the last commit on disk."""
     extra = {"TFRING_ELASTIC_STATE_DIR": state_dir}
     while True:
         available = book.refresh()
         hosts, np_ = _choose_hosts(available, args.np, args.max_num_proc)
-        cmd, env = plan_elastic(args, hosts, np_, server.address, secret, environ, extra_env=extra)
+        try:
+            address = listeners.address_for([h for h, _ in hosts])
+        except (RuntimeError, OSError) as e:
+            say("cannot serve the ranks on %s: %s" % (",".join(h for h, _ in hosts), e))
+            return 1
+        cmd, env = plan_elastic(args, hosts, np_, address, secret, environ, extra_env=extra)
         book.set_placement(hosts, np_)
         if args.verbose:
             print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         report = {}
+        exits.clear()
         rc = run_command(cmd, args.output_filename, stderr=stderr, env=env,
                          timestamp_output=bool(args.prefix_output_with_timestamp),
                          timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,
-                         num_ranks=args.num_ranks, report=report)
+                         num_ranks=args.num_ranks, report=report, finished=functools.partial(_finished, exits))
         lost = report.get("lost_host")
-        if rc == 0 or not lost:
+        if rc == 0 or not (lost or rc < 0):
             return rc
+        # A lost host, or mpirun itself killed by a signal (Open MPI 5.0.11's prterun can crash while spawning
+        # onto an added host, docs/elastic.md): either way the ranks are gone and the job restarts.
+        what = "lost host %s" % lost if lost else "mpirun died of signal %d" % -rc
         resets = book.lost(lost)
         if args.reset_limit is not None and resets > args.reset_limit:
-            say("lost host %s; the job was reset %d times (--reset-limit %d): not restarting it" % (
-                lost, resets, args.reset_limit))
-            return rc or 1
-        say("lost host %s: starting the job again on the remaining hosts from the last commit" % lost)
+            say("%s; the job was reset %d times (--reset-limit %d): not restarting it" % (
+                what, resets, args.reset_limit))
+            return rc if rc > 0 else 1
+        say("%s: starting the job again on the %s hosts from the last commit" % (
+            what, "remaining" if lost else "available"))
         if not _wait_for_slots(book, args.min_num_proc, timeout, say):
-            return rc or 1
+            return rc if rc > 0 else 1
         extra["TFRING_ELASTIC_RESTART"] = "1"
 
 
@@ -445,16 +476,19 @@ def run_elastic(args, environ=None, stderr=None):
             return 1
         secret = new_secret()
         try:
-            server = DriverServer(_bind_address([h for h, _ in book.refresh()]), secret, book.handlers(), log=stderr)
+            exits = ExitLedger()
+            handlers = dict(book.handlers(), **{"/exit": exits.record})
+            listeners = Listeners(_bind_address, secret, handlers, log=stderr)
+            handlers["/hosts"] = functools.partial(_hosts_with_drivers, book, listeners)
+            listeners.address_for([h for h, _ in book.refresh()])  # fails early, as before the first launch
         except (RuntimeError, OSError) as e:
             say("cannot start the driver: %s" % e)
             return 1
-        server.start()
         state_dir = tempfile.mkdtemp(prefix="tfring-elastic-")  # mode 0700: committed state for a restart
         try:
-            return _launch_until_done(args, book, server, secret, state_dir, environ, stderr, say, timeout)
+            return _launch_until_done(args, book, exits, listeners, secret, state_dir, environ, stderr, say, timeout)
         finally:
-            server.stop()
+            listeners.stop()
             shutil.rmtree(state_dir, ignore_errors=True)
     except KeyboardInterrupt:
         say("stopped while waiting for slots")

@@ -1,0 +1,56 @@
+"""The ranks' own exit reports in an elastic job (`/exit`). Open MPI 5.0.11's mpirun can die in its teardown
+(SIGSEGV or SIGABRT) after a spawn onto a host added to the allocation, once every rank has exited: mpirun's
+status then says nothing about the job. Each rank reports its status at exit; when the last world's ranks
+0..n-1 all reported 0 and none reported a failure, the job succeeded whatever mpirun says."""
+import threading
+
+from tfring.elastic.protocol import BadRequest
+
+
+class ExitLedger:
+    """Thread-safe record of the `/exit` reports of one mpirun run."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._reports = {}  # (size, rank) -> exit code
+
+    def clear(self):
+        """Forgets every report (a new mpirun run starts)."""
+        with self._lock:
+            self._reports.clear()
+
+    def record(self, payload):
+        """Handler of `/exit`: one rank's status as it exits.
+
+        Args:
+            payload: {"rank": int, "size": int, "code": int} (the rank in the job's world of that size).
+
+        Returns:
+            dict: {"ok": True}.
+
+        Raises:
+            BadRequest: a field missing, not an int, or rank outside [0, size).
+        """
+        values = [payload.get(k) for k in ("rank", "size", "code")]
+        if any(not isinstance(v, int) or isinstance(v, bool) for v in values):
+            raise BadRequest("'rank', 'size' and 'code' must be integers")
+        rank, size, code = values
+        if not 0 <= rank < size:
+            raise BadRequest("'rank' %d is outside [0, 'size' %d)" % (rank, size))
+        with self._lock:
+            self._reports[(size, rank)] = code
+        return {"ok": True}
+
+    def finished_size(self):
+        """The size of the world whose every rank reported status 0, if no report was a failure.
+
+        Returns:
+            int or None: n when ranks 0..n-1 of a world of n reported 0 and no rank reported non-zero, else None.
+        """
+        with self._lock:
+            if any(code != 0 for code in self._reports.values()):
+                return None
+            for size in sorted({s for s, _ in self._reports}, reverse=True):
+                if all((size, r) in self._reports for r in range(size)):
+                    return size
+            return None
