@@ -25,10 +25,18 @@ def elastic_on_h1(fake_ssh, tmp_path, args, env=None):
 
 
 def test_host_added_by_discovery_gets_ranks_and_state(hosts, tmp_path):  # noqa: F811
-    listed, script = discovery_script(tmp_path, "h1:2\n")
-    proc = elastic_on_h1(hosts, tmp_path, ["-np", "2", "--max-np", "3", "--host-discovery-script", str(script)],
-                         {"ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_GROW": "%s=h1:2\nh2:1" % listed})
-    rc, out = finish(proc)
+    for attempt in (1, 2):
+        work = tmp_path / str(attempt)
+        work.mkdir()
+        listed, script = discovery_script(work, "h1:2\n")
+        proc = elastic_on_h1(hosts, work, ["-np", "2", "--max-np", "3", "--host-discovery-script", str(script)],
+                             {"ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_GROW": "%s=h1:2\nh2:1" % listed})
+        rc, out = finish(proc)
+        # prterun also crashed *during* the spawn in about 1 run of 12 (docs/elastic.md); tfringrun then restarts
+        # the job (tests/test_elastic.py covers that path). This test is about the spawn: it tries once more.
+        if "mpirun died of signal" not in out:
+            break
+    tmp_path = work
     # Known Open MPI 5.0.11 defect (docs/elastic.md): after a spawn onto a host added to the allocation, prterun
     # itself often dies in its teardown (SIGABRT or SIGSEGV) once every rank has finished. The ranks report their
     # exits to tfringrun, which then calls the job a success, saying so; the ranks' results are checked in full.
