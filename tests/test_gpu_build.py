@@ -45,7 +45,7 @@ def _nccl_available():
 @pytest.mark.skipif(shutil.which("nvcc") is None or not _nccl_available(),
                     reason="needs nvcc and NCCL headers (pip install nvidia-nccl-cu12)")
 def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
-    env = dict(os.environ, TFRING_GPU_OPERATIONS="NCCL", TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, TFRING_GPU_OPERATIONS="NCCL", TF_CPP_MIN_LOG_LEVEL="2", TFRING_WITHOUT_PYTORCH="1")
     build = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
                             "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=1200)
@@ -55,7 +55,7 @@ def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
     import tfring
     pkg = tmp_path / "pkg" / "tfring"
     shutil.copytree(os.path.dirname(tfring.__file__), str(pkg),
-                    ignore=shutil.ignore_patterns("_tfring*.so", "build_info.json", "__pycache__"))
+                    ignore=shutil.ignore_patterns("_tfring*.so", "libtfring_core.so", "build_info.json", "__pycache__"))
     for f in glob.glob(str(tmp_path / "lib" / "tfring" / "*")):
         shutil.copy(f, str(pkg))
     script = tmp_path / "check.py"

@@ -1,6 +1,7 @@
 """init/shutdown and topology queries (rank, size, ...), backed by the C runtime."""
 import atexit
 import ctypes
+import sys
 
 from tfring import _lib
 
@@ -28,7 +29,9 @@ def init(comm=None, process_sets=None):
     global _atexit_registered
     from tfring import process_sets as ps_mod
     process_sets = list(process_sets or [])
-    _, c = _lib.load()
+    c = _lib.core()
+    if "tensorflow" in sys.modules and _lib.has_tf_library():
+        _lib.load()  # a TensorFlow user: its ops registered from init on, as Horovod's import does
     if c.tfring_is_initialized():  # idempotent, as Horovod's; sets passed again are looked up
         ps_mod._assign_ids([p for p in process_sets if p.ranks is not None])
         return
@@ -227,7 +230,7 @@ def mpi_threads_supported():
 
 
 def _built(what):
-    _, c = _lib.load()
+    c = _lib.core()
     return bool(c.tfring_built(what.encode()))
 
 
@@ -318,6 +321,6 @@ def knob_table():
     Returns:
         list: (name, type, default, description) tuples of strings.
     """
-    _, c = _lib.load()
+    c = _lib.core()
     rows = c.tfring_knob_table().decode().strip().splitlines()
     return [tuple(r.split("|", 3)) for r in rows]

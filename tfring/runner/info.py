@@ -30,20 +30,48 @@ def version_text():
 
 
 def check_build():
+    """tfringrun --check-build: the core (MPI, NCCL) and every framework binding, as built and as running."""
     import tfring
-    from tfring import _lib
     from mpi4py import MPI
+    from tfring import _lib
     info = _lib.build_info()
-    _, c = _lib.load()
-    info["tensorflow"] = c.tfring_built_tf_version().decode()  # compiled into the library itself
     print("\n".join([
         "tfring %s" % tfring.__version__,
-        "  built for TensorFlow: %s (running %s)" % (info.get("tensorflow", "unknown"), _tf_version()),
         "  MPI: %s: %s" % (info.get("mpi", "unknown"), MPI.Get_library_version().splitlines()[0].strip()),
         "  NCCL: %s    CUDA: %s    Gloo: no" % ("yes" if tfring.nccl_built() else "no",
                                                 "yes" if tfring.cuda_built() else "no"),
-        "  ops (CPU kernels): " + " ".join(_registered_ops()),
-    ]))
+    ] + _tensorflow_lines(info) + _torch_lines(info) + ["  MXNet: %s" % _mxnet_line(info)]))
+
+
+def _installed(module):
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+def _tensorflow_lines(info):
+    from tfring import _lib
+    if not info.get("tensorflow"):
+        return ["  TensorFlow: not built (TensorFlow was not found when tfring was built)"]
+    built = _lib.tf_library().tfring_built_tf_version().decode()  # compiled into the library itself
+    return ["  TensorFlow: built for TensorFlow: %s (running %s)" % (built, _tf_version()),
+            "  ops (CPU kernels): " + " ".join(_registered_ops())]
+
+
+def _torch_lines(info):
+    if not info.get("torch"):
+        return ["  PyTorch: not built (%s)" % ("torch is installed but tfring was built without it: README, PyTorch"
+                                              if _installed("torch") else "torch was not found at build time")]
+    try:
+        import torch
+
+        import tfring.torch  # noqa: F401 (loads the extension)
+    except ImportError as e:
+        return ["  PyTorch: built for torch %s, but it does not load: %s" % (info["torch"], e)]
+    return ["  PyTorch: built for torch %s (running %s), extension loads" % (info["torch"], torch.__version__)]
+
+
+def _mxnet_line(info):
+    return "built for mxnet %s" % info["mxnet"] if info.get("mxnet") else "not built"
 
 
 def _tf_version():

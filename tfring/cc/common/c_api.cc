@@ -7,10 +7,6 @@
 #include "env.h"
 #include "runtime.h"
 
-#ifndef TFRING_TF_VERSION
-#define TFRING_TF_VERSION "unknown"
-#endif
-
 using tfring::Runtime;
 
 extern "C" {
@@ -102,8 +98,6 @@ double tfring_cycle_time_ms() {
   auto& rt = tfring::Runtime::Get();
   return rt.initialized() ? rt.tuned().cycle_time_ms : -1;
 }
-
-const char* tfring_built_tf_version() { return TFRING_TF_VERSION; }
 
 const char* tfring_knob_table() {
   static std::string rows;
