@@ -230,11 +230,18 @@ class BuildOps(build_ext):
             json.dump(info, f)
 
     def copy_extensions_to_source(self):
-        """--inplace: setuptools copies the extensions into the tree; the core library and the build info too."""
-        super().copy_extensions_to_source()
+        """--inplace: the extensions, the core library and the build info into the tree. Each file is replaced
+        by a rename, never rewritten in place: a process (a test) that has the old library mapped keeps it
+        instead of crashing."""
+        build_py = self.get_finalized_command("build_py")
+        pairs = [self._get_inplace_equivalent(build_py, ext)[::-1] for ext in self.extensions]
         if self._core is not None:
-            for name in (CORE_LIBRARY, "build_info.json"):
-                shutil.copy2(os.path.join(os.path.dirname(self._core), name), os.path.join(HERE, "tfring", name))
+            pairs += [(os.path.join(os.path.dirname(self._core), name), os.path.join(HERE, "tfring", name))
+                      for name in (CORE_LIBRARY, "build_info.json")]
+        for src, dst in pairs:
+            if os.path.abspath(src) != os.path.abspath(dst):
+                shutil.copy2(src, dst + ".tmp")
+                os.replace(dst + ".tmp", dst)
 
     def build_extension(self, ext):
         core = self.build_core()

@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, rank_env
 
 
@@ -37,3 +39,10 @@ def test_horovod_keras_recipe_runs_with_only_the_import_changed(tmp_path):
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "DROP_IN_OK ['checkpoint-1.keras', 'checkpoint-2.keras', 'checkpoint-3.keras']" in proc.stdout
     assert "Epoch 3" in proc.stdout
+
+
+def test_torch_digits_reaches_95_percent_at_np2():
+    pytest.importorskip("torch")
+    proc = tfringrun(["-np", "2", "python", "examples/torch_digits.py", "--epochs", "12", "--target-accuracy", "0.95"])
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "[0]<stdout>:validation accuracy" in proc.stdout
