@@ -44,6 +44,28 @@ def torch_sources():
     return sorted(glob.glob("tfring/cc/torch/*.cc"))
 
 
+def mxnet_sources():
+    return sorted(glob.glob("tfring/cc/mxnet/*.cc"))
+
+
+def build_mxnet_extension(builder, out, link_core):
+    """tfring.mxnet._tfring_mxnet: a plain C library (loaded with ctypes) on mxnet's C API, linked to the
+    wheel's libmxnet.so. mxnet is located without importing it (its import is slow and checks numpy)."""
+    import importlib.util
+    from importlib import metadata
+    pkg = importlib.util.find_spec("mxnet").submodule_search_locations[0]
+    # Only header-only engine types are used from the C++ headers: no BLAS / CUDA / stack-trace machinery.
+    flags = builder._common + ["-I" + os.path.join(pkg, "include"), "-DMSHADOW_USE_CUDA=0", "-DMSHADOW_USE_MKL=0",
+                               "-DMSHADOW_USE_CBLAS=0", "-DMXNET_USE_CUDA=0", "-DDMLC_LOG_STACK_TRACE=0",
+                               "-Wno-unknown-pragmas", "-Wno-unused-variable", "-Wno-unused-local-typedefs",
+                               "-Wno-deprecated-declarations"]
+    objects = builder._compile([(src, flags) for src in mxnet_sources()])
+    # libmxnet.so has no soname: found at run time beside site-packages/tfring (or where it was at build time).
+    builder._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/..", "-L" + pkg, "-l:libmxnet.so",
+                                             "-Wl,-rpath,$ORIGIN/../../mxnet", "-Wl,-rpath," + pkg])
+    builder._write_info({"mxnet": metadata.version("mxnet")})
+
+
 def nccl_sources():
     """(host .cc files, CUDA .cu files) of the GPU backend."""
     return (sorted(glob.glob("tfring/cc/common/ops/nccl/*.cc")), sorted(glob.glob("tfring/cc/common/ops/nccl/*.cu")))
@@ -265,8 +287,12 @@ class BuildOps(build_ext):
             objects = self._compile([(src, flags) for src in torch_sources()])
             libs = ["-L" + p for p in cpp_extension.library_paths()] + ["-lc10", "-ltorch", "-ltorch_cpu",
                                                                           "-ltorch_python"]
+            if self._gpu:  # the CUDA path takes torch's current stream (c10::cuda)
+                libs += ["-lc10_cuda", "-ltorch_cuda"]
             self._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/.."] + libs)
             self._write_info({"torch": torch.__version__})
+        elif ext.name == "tfring.mxnet._tfring_mxnet":
+            build_mxnet_extension(self, out, link_core)
 
 
 def extensions():
@@ -276,6 +302,8 @@ def extensions():
         exts.append(Extension("tfring._tfring", sources=[]))
     if wanted("PYTORCH", "torch") and torch_sources():
         exts.append(Extension("tfring.torch._tfring_torch", sources=[]))
+    if wanted("MXNET", "mxnet") and mxnet_sources():
+        exts.append(Extension("tfring.mxnet._tfring_mxnet", sources=[]))
     if not exts:
         sys.exit("tfring: no framework to build for (TensorFlow or PyTorch must import at build time)")
     return exts

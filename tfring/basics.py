@@ -98,10 +98,15 @@ def stop_timeline():
         _lib._c.tfring_stop_timeline()
 
 
+_shutdown_hooks = []  # bindings' per-run state (e.g. tfring.torch's handles and names), cleared at each shutdown
+
+
 def shutdown():
     """Stops the background thread; collectives still pending fail with an error. `init()` may follow."""
     if _lib._c is not None:
         _lib._c.tfring_shutdown()
+    for hook in _shutdown_hooks:  # also on an elastic reset, which restarts the runtime through here
+        hook()
 
 
 def is_initialized():

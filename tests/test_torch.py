@@ -1,0 +1,19 @@
+"""tfring.torch on real ranks: the rank-side files in tests/torch_ranks run under mpirun at np=2 and np=3, all in one
+pytest process per np (each launch costs seconds); every rank checks its own values. The errors file goes last:
+it ends with a shutdown and a fresh init. (Not tests/torch/: with tests/ on sys.path, that directory would be
+importable as a namespace package `torch` where torch is not installed, and importorskip would not skip.)"""
+import pytest
+
+from conftest import run_rank_pytest
+
+pytest.importorskip("torch", reason="torch is not installed: tfring.torch is not built or tested")
+
+FILES = ["tests/torch_ranks/ranks_torch_%s.py" % name for name in (
+    "collectives", "autograd", "process_sets", "optimizer", "functions", "sync_bn", "errors")]
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_torch_ranks(np_):
+    proc = run_rank_pytest(np_, FILES, timeout=900, extra_env={"TFRING_DYNAMIC_PROCESS_SETS": "1"})
+    # Every rank must have run and passed tests (guards against files that collect nothing).
+    assert proc.stdout.count(" passed") >= np_, proc.stdout[-5000:]

@@ -1,0 +1,154 @@
+#include "adapter.h"
+
+#include <stdexcept>
+
+namespace tfring {
+namespace torch_binding {
+
+bool FromTorch(at::ScalarType in, DataType* out) {
+  switch (in) {
+    case at::kByte:
+      *out = DataType::UINT8;
+      return true;
+    case at::kChar:
+      *out = DataType::INT8;
+      return true;
+    case at::kUInt16:
+      *out = DataType::UINT16;
+      return true;
+    case at::kShort:
+      *out = DataType::INT16;
+      return true;
+    case at::kInt:
+      *out = DataType::INT32;
+      return true;
+    case at::kLong:
+      *out = DataType::INT64;
+      return true;
+    case at::kHalf:
+      *out = DataType::FLOAT16;
+      return true;
+    case at::kBFloat16:
+      *out = DataType::BFLOAT16;
+      return true;
+    case at::kFloat:
+      *out = DataType::FLOAT32;
+      return true;
+    case at::kDouble:
+      *out = DataType::FLOAT64;
+      return true;
+    case at::kBool:
+      *out = DataType::BOOL;
+      return true;
+    default:
+      return false;
+  }
+}
+
+DataType TorchTensor::dtype() const {
+  DataType d = DataType::UINT8;
+  FromTorch(t_.scalar_type(), &d);  // entries are only built for supported dtypes
+  return d;
+}
+
+Shape TorchTensor::shape() const {
+  Shape s;
+  for (int64_t d : t_.sizes()) s.push_back(d);
+  return s;
+}
+
+StatusCallback OpState::MakeCallback(const std::shared_ptr<OpState>& self) {
+  return [self](const Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      if (!s.ok() && self->status.ok()) self->status = s;
+      // The background thread never runs as the enqueuing thread: a callback here means Enqueue refused the
+      // entries (not initialized, not a member, duplicate name), which Python raises at the call, as Horovod.
+      if (std::this_thread::get_id() == self->enqueuer) self->failed_at_enqueue = true;
+      if (--self->remaining > 0) return;
+      self->done = true;
+    }
+    self->cv.notify_all();
+  };
+}
+
+Status TorchOpContext::AllocateOutput(int index, const Shape& shape, std::shared_ptr<Tensor>* out) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (index < 0 || index >= static_cast<int>(state_->out_options.size()))
+    return Status::Unknown("tfring: output index " + std::to_string(index) + " out of range");
+  at::Tensor t;
+  try {
+    t = at::empty(at::IntArrayRef(shape), state_->out_options[index]);
+  } catch (const std::exception& e) {  // out of memory: no exception may cross the background thread
+    return Status::Unknown(std::string("tfring: could not allocate an output of shape ") + ShapeString(shape) + ": " +
+                           e.what());
+  }
+  state_->outputs[index] = t;
+  *out = std::make_shared<TorchTensor>(std::move(t));
+  return Status::OK();
+}
+
+int HandleTable::Add(std::shared_ptr<OpState> state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int handle = ++last_;
+  states_[handle] = std::move(state);
+  return handle;
+}
+
+std::shared_ptr<OpState> HandleTable::Get(int handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = states_.find(handle);
+  if (it == states_.end())
+    throw std::invalid_argument("tfring: handle " + std::to_string(handle) + " was not created or has been released");
+  return it->second;
+}
+
+void HandleTable::Release(int handle) {
+  std::shared_ptr<OpState> state;  // destroyed after the lock is released (it may hold the last tensor refs)
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = states_.find(handle);
+  if (it == states_.end()) return;
+  state = std::move(it->second);
+  states_.erase(it);
+}
+
+void HandleTable::Reset() {
+  std::unordered_map<int, std::shared_ptr<OpState>> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old.swap(states_);
+    last_ = 0;
+  }
+}
+
+std::string NameCounter::Next(const std::string& prefix, int process_set_id) {
+  std::string key = prefix + "|" + std::to_string(process_set_id);
+  if (process_set_id != 0) {
+    // Ids of removed sets are reused: a new set under an old id must start its own count on every member.
+    for (const auto& set : Runtime::Get().ProcessSets())
+      if (set.first == process_set_id)
+        for (int r : set.second) key += "," + std::to_string(r);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return prefix + ".noname." + std::to_string(++next_[key]);
+}
+
+void NameCounter::ResetSet(int process_set_id) {
+  const std::string tag = "|" + std::to_string(process_set_id);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = next_.begin(); it != next_.end();) {
+    const std::string& k = it->first;
+    const auto pos = k.find('|');
+    const bool match =
+        k.compare(pos, tag.size(), tag) == 0 && (k.size() == pos + tag.size() || k[pos + tag.size()] == ',');
+    it = match ? next_.erase(it) : std::next(it);
+  }
+}
+
+void NameCounter::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  next_.clear();
+}
+
+}  // namespace torch_binding
+}  // namespace tfring

@@ -1,0 +1,305 @@
+"""Allgather, broadcast and alltoall for torch tensors (Horovod's `horovod.torch` signatures), differentiable."""
+import operator
+
+import torch
+
+from tfring.basics import rank
+from tfring.process_sets import global_process_set
+from tfring.torch import _handles as _h
+from tfring.torch._handles import Average
+from tfring.torch._reduce import allreduce, grouped_allreduce
+
+
+def _first(outputs):
+    return outputs[0]
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating `tensor` of every rank along the first dimension (in rank order).
+
+    Args:
+        tensor: the tensor to gather (same trailing dimensions on every rank; the first may differ; not modified).
+        name: the collective's name (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        int: a handle for `poll()` / `synchronize()` (which returns the concatenated tensor).
+
+    Raises:
+        ValueError: unsupported dtype, unregistered process set, a name already in flight.
+    """
+    fn = "allgather_async"
+    pid = _h._set_id(fn, process_set)
+    tensor = _h._dense(fn, tensor)
+    return _h._submit(_h._C.allgather_async(tensor, _h._name(name), pid), [tensor], _first)
+
+
+class _Allgather(torch.autograd.Function):
+    """Horovod's gradient: this rank's rows of the average of every rank's gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.shape, ctx.process_set = tensor.shape, process_set
+        return _h.synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        return _my_rows(grad, _offsets(ctx.process_set, [_rows(ctx.shape)])[0], ctx.shape), None, None
+
+
+def _rows(shape):
+    return shape[0] if len(shape) else 1  # a scalar gathers as one row
+
+
+def _my_rows(grad, offset, shape):
+    return grad.narrow(0, offset, _rows(shape)).reshape(shape)
+
+
+def _offsets(process_set, dims):
+    """Where this rank's rows start in each gathered tensor: the sum of the lower ranks' first dimensions."""
+    dims = [torch.tensor([d], dtype=torch.int64) for d in dims]
+    gathered = _h.synchronize(grouped_allgather_async(dims, process_set=process_set))
+    r = _h._set_of(_h._set_id("allgather", process_set)).rank()
+    return [int(g[:r].sum()) for g in gathered]
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates `tensor` of every rank along the first dimension (in rank order); differentiable.
+
+    Args:
+        tensor: the tensor to gather (same trailing dimensions on every rank; the first may differ; not modified).
+        name: the collective's name (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: the concatenation; its first dimension is the sum of every rank's.
+    """
+    return _Allgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts an allgather of each tensor of a list, negotiated as one group.
+
+    Args:
+        tensors: the tensors to gather (not modified).
+        name: base name of the group (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        int: a handle for `poll()` / `synchronize()` (which returns the list of concatenations).
+    """
+    fn = "grouped_allgather_async"
+    pid = _h._set_id(fn, process_set)
+    tensors = [_h._dense(fn, t, "tensors[%d]" % i) for i, t in enumerate(_h._group(fn, tensors))]
+    return _h._submit(_h._C.grouped_allgather_async(tensors, _h._name(name), pid), tensors, list)
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.shapes, ctx.process_set = [t.shape for t in tensors], process_set
+        return tuple(_h.synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grads = grouped_allreduce(list(grad_output), op=Average, process_set=ctx.process_set)
+        offsets = _offsets(ctx.process_set, [_rows(s) for s in ctx.shapes])
+        return (None, None) + tuple(_my_rows(g, o, s) for g, o, s in zip(grads, offsets, ctx.shapes))
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Allgather of each tensor of a list, negotiated as one group; differentiable.
+
+    Args:
+        tensors: the tensors to gather (not modified).
+        name: base name of the group (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        list: the concatenation of each tensor over the ranks.
+    """
+    return list(_GroupedAllgather.apply(name, process_set, *_h._group("grouped_allgather", tensors)))
+
+
+def _root(fn, root_rank):
+    try:
+        if isinstance(root_rank, bool):
+            raise TypeError
+        return operator.index(root_rank)
+    except TypeError:
+        raise ValueError("tfring.%s: root_rank=%r must be an int (a global rank)" % (fn, root_rank)) from None
+
+
+def _broadcast_async(fn, tensor, output, root_rank, name, process_set, finish):
+    pid = _h._set_id(fn, process_set)
+    root = _root(fn, root_rank)
+    return _h._submit(_h._C.broadcast_async(tensor, output, root, _h._name(name), pid), [tensor], finish)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts sending `tensor` of rank `root_rank` to every rank; the input is not modified.
+
+    Args:
+        tensor: the tensor (same dtype and shape on every rank).
+        root_rank: the global rank whose value is sent (also with a process set, as Horovod).
+        name: the collective's name (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        int: a handle for `poll()` / `synchronize()` (which returns root's value).
+
+    Raises:
+        ValueError: root_rank is not an int, unsupported dtype, unregistered process set.
+    """
+    tensor = _h._dense("broadcast_async", tensor)
+    output = _h._empty_like(tensor)
+    return _broadcast_async("broadcast_async", tensor, output, root_rank, name, process_set, _first)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts overwriting `tensor` on every rank with its value on rank `root_rank`.
+
+    Args:
+        tensor: the tensor (same dtype and shape on every rank); holds root's value once synchronized.
+        root_rank: the global rank whose value is sent.
+        name: the collective's name (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        int: a handle for `poll()` / `synchronize()` (which returns `tensor`).
+    """
+    buffers, copy_back = _h._inplace("broadcast_async_", [tensor])
+
+    def finish(outputs):
+        copy_back()
+        return tensor
+    return _broadcast_async("broadcast_async_", buffers[0], buffers[0], root_rank, name, process_set, finish)
+
+
+class _Broadcast(torch.autograd.Function):
+    """Horovod's gradient: the average of every rank's gradient on the root, zero elsewhere."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return _h.synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:
+            grad = torch.zeros_like(grad)
+        return grad, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns `tensor` of rank `root_rank` on every rank; differentiable.
+
+    Args:
+        tensor: the tensor (same dtype and shape on every rank; not modified).
+        root_rank: the global rank whose value is sent.
+        name: the collective's name (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: root's value.
+    """
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrites `tensor` on every rank with its value on rank `root_rank` (not differentiable).
+
+    Args:
+        tensor: the tensor (same dtype and shape on every rank).
+        root_rank: the global rank whose value is sent.
+        name: the collective's name (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: `tensor`.
+    """
+    return _h.synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def _splits(fn, splits):
+    """Alltoall splits as a list of ints ([] = an even split); the coordinator checks them against the ranks."""
+    if splits is None:
+        return []
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
+            raise ValueError("tfring.%s: splits must hold integers, got dtype %s" % (fn, splits.dtype))
+        if splits.dim() > 1:
+            raise ValueError("tfring.%s: splits must be a vector, got shape %s" % (fn, tuple(splits.shape)))
+        return [int(s) for s in splits.reshape(-1).tolist()]
+    try:
+        values = list(splits)
+        if any(isinstance(s, bool) for s in values):
+            raise TypeError
+        return [operator.index(s) for s in values]
+    except TypeError:
+        raise ValueError("tfring.%s: splits=%r must be a list or tensor of ints" % (fn, splits)) from None
+
+
+def _alltoall_result(outputs):
+    return outputs[0], outputs[1]
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts sending `splits[i]` rows of `tensor` to rank i (in order) and receiving every rank's rows for this one.
+
+    Args:
+        tensor: the tensor to distribute (same trailing dimensions on every rank; not modified).
+        splits: rows for each rank (list or integer tensor, summing to the first dimension); None splits the
+            first dimension evenly.
+        name: the collective's name (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        int: a handle for `poll()` / `synchronize()`, which returns `(output, received_splits)`: the received rows
+        in rank order, and an int32 tensor of how many came from each rank.
+
+    Raises:
+        ValueError: splits are not integers or not a vector (the ranks' splits are checked on every rank in
+            negotiation: a bad sum or length raises ValueError there).
+    """
+    fn = "alltoall_async"
+    pid = _h._set_id(fn, process_set)
+    tensor = _h._dense(fn, tensor)
+    handle = _h._C.alltoall_async(tensor, _splits(fn, splits), _h._name(name), pid)
+    return _h._submit(handle, [tensor], _alltoall_result)
+
+
+class _Alltoall(torch.autograd.Function):
+    """The gradient goes back the way the rows came: an alltoall with the received splits."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = _h.synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.process_set, ctx.received = process_set, received
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, *unused):
+        grad, _ = alltoall(grad_output, splits=ctx.received, process_set=ctx.process_set)
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends `splits[i]` rows of `tensor` to rank i and returns the rows every rank sent here; differentiable.
+
+    Args:
+        tensor: the tensor to distribute (same trailing dimensions on every rank; not modified).
+        splits: rows for each rank (list or integer tensor); None splits the first dimension evenly.
+        name: the collective's name (default: auto-generated).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        The received rows (in rank order) when `splits` is None, else `(output, received_splits)` with
+        received_splits an int32 tensor of rows from each rank (as Horovod 0.28).
+    """
+    return _Alltoall.apply(tensor, splits, name, process_set)

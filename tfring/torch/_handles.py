@@ -1,0 +1,202 @@
+"""The torch extension, its handles (Horovod's int handles: poll / synchronize), and the argument checks every
+collective of tfring.torch shares."""
+import warnings
+
+import torch
+
+from tfring import _lib
+from tfring import basics as _basics
+from tfring.basics import nccl_built
+from tfring.elastic.errors import HorovodInternalError
+from tfring.process_sets import _temp_process_set_object, process_set_id_of
+
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_OPS = (Average, Sum, Adasum, Min, Max, Product)
+
+_REBUILD = ("Rebuild tfring with torch installed: `pip install --no-build-isolation --force-reinstall --no-deps "
+            "<path-to-tfring>` (or, in a source checkout, `python setup.py build_ext --inplace`).")
+
+
+def _load_extension():
+    _lib.core()  # the core first, by path: the extension's dependency on it resolves to this copy (one runtime)
+    built_for = _lib.build_info().get("torch")
+    if built_for and built_for.split("+")[0].split(".")[:2] != torch.__version__.split("+")[0].split(".")[:2]:
+        raise ImportError("tfring's torch extension was built for torch %s but torch %s is installed. %s"
+                          % (built_for, torch.__version__, _REBUILD))
+    try:
+        from tfring.torch import _tfring_torch
+    except ImportError as e:
+        raise ImportError("tfring's torch extension failed to load (torch %s, built for %s): %s. %s"
+                          % (torch.__version__, built_for or "unknown", e, _REBUILD)) from e
+    # A worker failure (core status WORKERS_FAILED) raises the type tfring.elastic rolls back on.
+    _tfring_torch.set_workers_failed_error(HorovodInternalError)
+    return _tfring_torch
+
+
+_C = _load_extension()
+
+# handle -> (objects kept alive until the op is done, function making the result from the op's outputs).
+# The extension holds its own references too; this mirrors Horovod's _handle_map (synchronize of an unknown
+# handle returns None).
+_handle_map = {}
+
+
+def _submit(handle, keep, finish):
+    _handle_map[handle] = (keep, finish)
+    return handle
+
+
+def poll(handle):
+    """Whether an asynchronous collective has completed; `synchronize()` then returns without blocking.
+
+    Args:
+        handle: a handle returned by an `*_async` function of tfring.torch.
+
+    Returns:
+        bool: True once the operation has completed (successfully or not).
+
+    Raises:
+        ValueError: the handle is unknown or was already synchronized.
+    """
+    return bool(_C.poll(handle))
+
+
+def synchronize(handle):
+    """Waits for an asynchronous collective and returns its result (the GIL is released while waiting).
+
+    Args:
+        handle: a handle returned by an `*_async` function of tfring.torch.
+
+    Returns:
+        The output tensor; a list of tensors for grouped collectives; `(output, received_splits)` for
+        alltoall; None for a handle that is unknown or already synchronized (as Horovod).
+
+    Raises:
+        ValueError: the ranks passed an invalid argument (e.g. a broadcast root out of range).
+        RuntimeError: the ranks disagree (shapes, dtypes, ...), the job was shut down, or the collective failed.
+        HorovodInternalError: a worker process failed or left (tfring.elastic rolls back on it).
+    """
+    if handle not in _handle_map:
+        return None
+    try:
+        outputs = _C.wait(handle)
+    except BaseException:
+        # The op failed (the extension released its handle), or a signal handler raised while waiting (Ctrl-C):
+        # then the op is still pending and the handle stays valid for another synchronize().
+        try:
+            _C.poll(handle)
+        except ValueError:
+            _handle_map.pop(handle, None)
+        raise
+    _, finish = _handle_map.pop(handle)
+    return finish(outputs)
+
+
+def _reset():
+    """Forgets every handle and restarts the names of unnamed collectives (init after shutdown)."""
+    _handle_map.clear()
+    _C.reset()
+
+
+_basics._shutdown_hooks.append(_reset)  # any shutdown (an elastic reset too) starts the names afresh
+
+
+def _name(name):
+    return "" if name is None else str(name)
+
+
+def _set_id(fn, process_set):
+    return process_set_id_of(process_set, fn)
+
+
+def _set_of(pid):
+    from tfring.process_sets import global_process_set
+    return global_process_set if pid == 0 else _temp_process_set_object(pid)
+
+
+def _check_op(fn, op, adasum=True):
+    if isinstance(op, bool) or op not in _OPS or (op == Adasum and not adasum):
+        raise ValueError("tfring.%s: op=%r is not supported; use Average, Sum, Min, Max or Product%s"
+                         % (fn, op, " (or Adasum)" if adasum else ""))
+
+
+def _resolve_op(fn, op, average):
+    """Horovod's `average=` (deprecated) / `op=` pair: Average when neither is given."""
+    if average is not None:
+        if op is not None:
+            raise ValueError("tfring.%s: the op parameter supersedes average; pass only one of them" % fn)
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed", DeprecationWarning,
+                      stacklevel=3)
+        op = Average if average else Sum
+    op = Average if op is None else op
+    _check_op(fn, op)
+    return op
+
+
+def _check_adasum(fn, pid):
+    """Adasum combines pairs of ranks by recursive doubling: a power-of-two number of ranks (Horovod raises
+    NotImplementedError, a RuntimeError, for other sizes)."""
+    n = _set_of(pid).size()
+    if n is None or n & (n - 1):
+        raise NotImplementedError("tfring.%s: op=Adasum needs a power-of-two number of ranks, got %s" % (fn, n))
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's helper: the reduce op meant by `op` and the deprecated `average` flag.
+
+    Args:
+        op: a reduce op (`Average`, `Sum`, `Adasum`, `Min`, `Max`, `Product`) or None.
+        average: the deprecated flag: True means `Average`, False `Sum`, None defers to `op`.
+
+    Returns:
+        int: the reduce op (`Average` when both are None).
+
+    Raises:
+        ValueError: both are given, or `op` is not a reduce op.
+    """
+    return _resolve_op("allreduce", op, average)
+
+
+_DTYPES = (torch.uint8, torch.int8, torch.uint16, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+           torch.float32, torch.float64, torch.bool)
+
+
+def _check_tensor(fn, tensor, arg="tensor"):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("tfring.%s: %s must be a torch.Tensor, got %s" % (fn, arg, type(tensor).__name__))
+    if tensor.dtype not in _DTYPES:  # Horovod: ValueError
+        raise ValueError("tfring.%s: %s has dtype %s, which tfring does not support; supported: %s"
+                         % (fn, arg, tensor.dtype, ", ".join(str(d) for d in _DTYPES)))
+    if tensor.is_cuda and not nccl_built():
+        raise ValueError("tfring.%s: %s is on %s but this tfring build has no GPU support (rebuild with "
+                         "TFRING_GPU_OPERATIONS=NCCL), or move it to the CPU" % (fn, arg, tensor.device))
+
+
+def _dense(fn, tensor, arg="tensor"):
+    """A contiguous view of `tensor` (itself when it already is one), as the extension needs."""
+    _check_tensor(fn, tensor, arg)
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _inplace(fn, tensors):
+    """(buffers the collective writes, copy-back to run once it is done) for in-place collectives: a
+    non-contiguous tensor is reduced in a contiguous copy that is copied back (Horovod refuses them)."""
+    buffers = [_dense(fn, t, "tensors[%d]" % i if len(tensors) > 1 else "tensor") for i, t in enumerate(tensors)]
+
+    def copy_back():
+        with torch.no_grad():  # like the extension's own writes, invisible to autograd (leaves may require grad)
+            for t, b in zip(tensors, buffers):
+                if b is not t:
+                    t.copy_(b)
+    return buffers, copy_back
+
+
+def _empty_like(tensor):
+    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+
+
+def _group(fn, tensors):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("tfring.%s: tensors is empty" % fn)
+    return tensors

@@ -1,0 +1,77 @@
+"""tfring.torch's collectives and runtime control under Horovod's module name (`horovod.torch.mpi_ops`).
+
+The collectives live in `_reduce` (allreduce, reducescatter) and `_gather` (allgather, broadcast, alltoall);
+handles, `poll` and `synchronize` in `_handles`. Every function here runs on the runtime the TensorFlow binding
+uses too (one per process).
+"""
+from tfring import basics as _basics
+from tfring.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
+                           is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+                           mpi_threads_supported, nccl_built, rank, rocm_built, size, start_timeline, stop_timeline)
+from tfring.elastic.errors import HorovodInternalError  # noqa: F401
+from tfring.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
+from tfring.torch import _handles as _h
+from tfring.torch._gather import (allgather, allgather_async, alltoall, alltoall_async, broadcast,  # noqa: F401
+                                  broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
+                                  grouped_allgather_async)
+from tfring.torch._handles import (Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
+                                   handle_average_backwards_compatibility, poll, synchronize)
+from tfring.torch._reduce import (allreduce, allreduce_, allreduce_async, allreduce_async_,  # noqa: F401
+                                  grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+                                  grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
+                                  reducescatter, reducescatter_async, sparse_allreduce_async)
+
+
+def init(comm=None, process_sets=None):
+    """Starts tfring (MPI and the background thread); every rank calls it. Calling it again does nothing.
+
+    Args:
+        comm: run on MPI_COMM_WORLD (None), an mpi4py communicator, or a list of MPI_COMM_WORLD ranks.
+        process_sets: `ProcessSet` objects to register (the same list on every rank).
+
+    Raises:
+        ValueError: `comm` or a process set is invalid.
+        RuntimeError: the runtime failed to start.
+    """
+    if not is_initialized():
+        _h._reset()  # a fresh start numbers unnamed collectives from 1 on every rank
+    _basics.init(comm=comm, process_sets=process_sets)
+
+
+def shutdown():
+    """Stops the background thread; pending collectives fail. `init()` may follow."""
+    _basics.shutdown()
+    _h._reset()
+
+
+def join(device=-1):
+    """Declares that this rank has no more data: until every rank has joined, it takes part in the other ranks'
+    allreduces with zeros (Average divides by the ranks that have not joined). Blocks until every rank joined.
+
+    Other collectives (allgather, broadcast, ...) fail on the ranks still running while some rank has joined.
+
+    Args:
+        device: ignored (Horovod's GPU device for the zeros; tfring joins in host memory).
+
+    Returns:
+        int: the rank that joined last (the same on every rank).
+
+    Raises:
+        RuntimeError: tfring is not initialized, or the job was shut down.
+    """
+    handle = _h._submit(_h._C.join_async(0), None, lambda outputs: int(outputs[0]))
+    return _h.synchronize(handle)
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every rank of the process set has called it.
+
+    Args:
+        process_set: the ranks that take part (default: all).
+
+    Raises:
+        ValueError: the process set is not registered, or this rank is not in it.
+        RuntimeError: tfring is not initialized, or the job was shut down.
+    """
+    pid = _h._set_id("barrier", process_set)
+    _h.synchronize(_h._submit(_h._C.barrier_async(pid), None, lambda outputs: None))

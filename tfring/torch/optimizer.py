@@ -1,0 +1,381 @@
+"""`DistributedOptimizer` (Horovod's `horovod.torch.DistributedOptimizer`): each gradient's allreduce starts as soon
+as backward has accumulated it, overlapping communication with the rest of backward; `step()` waits for them all.
+
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+"""
+import os
+import warnings
+import weakref
+from contextlib import contextmanager
+
+import torch
+
+from tfring.torch.compression import Compression
+from tfring.torch.mpi_ops import (Adasum, Average, Sum, allreduce_async_, global_process_set, grouped_allreduce_async_,
+                                  size, sparse_allreduce_async, synchronize)
+
+_REPEATED_BACKWARD = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
+                      "Increase backward_passes_per_step to accumulate gradients locally.")
+
+
+def _split_list(items, n):
+    """`n` contiguous chunks of `items`, sizes differing by at most one (the first ones larger)."""
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
+
+
+def _parameter_names(param_groups, named_parameters):
+    """{parameter: name} for every parameter of the optimizer; ValueError naming what is wrong otherwise."""
+    if named_parameters is None:
+        # Positions are the same on every rank that built the same model and optimizer.
+        return {p: "allreduce.noname.%d.%d" % (i, j)
+                for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
+    named_parameters = list(named_parameters)
+    for item in named_parameters:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], torch.Tensor)):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
+                             "model.named_parameters(); got an item of type %s" % type(item).__name__)
+    seen, dups = set(), set()
+    for name, _ in named_parameters:
+        (dups if name in seen else seen).add(name)
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+                         % ", ".join(sorted(dups)))
+    # Tensors hash by identity. One tensor under two names gets the last of them in sorted order, on every rank.
+    names = {p: name for name, p in sorted(named_parameters, key=lambda item: item[0])}
+    unnamed = ["param_groups[%d]['params'][%d] (shape %s)" % (i, j, tuple(p.shape))
+               for i, group in enumerate(param_groups) for j, p in enumerate(group["params"]) if p not in names]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not named: %s. "
+                         "Pass model.named_parameters() of the model whose parameters the optimizer updates."
+                         % ", ".join(unnamed))
+    return names
+
+
+def _check_groups(groups):
+    if isinstance(groups, bool) or not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+        raise ValueError("groups should be a positive integer or a list of list of torch.Tensor, got %r" % (groups,))
+    if isinstance(groups, list):
+        ids = set()
+        for group in groups:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor, got a %s" % type(p).__name__)
+                if id(p) in ids:
+                    raise ValueError("groups: a parameter can only appear once in groups (shape %s appears twice)"
+                                     % (tuple(p.shape),))
+                ids.add(id(p))
+
+
+class _DistributedOptimizer:
+    """Mixed in front of the wrapped optimizer's class: `DistributedOptimizer` builds the instances."""
+
+    def _tfring_init(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                     groups, sparse_as_dense, process_set):
+        self._compression = compression
+        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {p: backward_passes_per_step for p in self._parameter_names}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        # Key: a parameter, or a tuple of them (a submitted group). Value: (handle or None until submitted, ctx).
+        self._handles = {}
+        self._hook_handles = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._groups = groups
+        self._p_to_group = {}
+        self._group_counts = {}
+        if process_set.included() and (size() > 1 or os.environ.get("TFRING_ELASTIC") == "1"):
+            self._register_hooks()
+
+    def load_state_dict(self, *args, **kwargs):
+        """Loads the wrapped optimizer's state, forgetting gradients of an unfinished step."""
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        self._reset_counts()
+        return super().load_state_dict(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        """Changes how many backward passes accumulate before each allreduce.
+
+        Args:
+            passes: int > 0.
+        """
+        self.backward_passes_per_step = passes
+        self._reset_counts()
+
+    def _reset_counts(self):
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for group in self._group_counts:
+            self._group_counts[group] = 0
+
+    def _register_hooks(self):
+        params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        if self._groups is not None:
+            self._form_groups(params)
+        ref = weakref.ref(self)
+        for p in params:
+            self._requires_update.add(p)
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(_make_hook(ref, p)))
+
+    def _form_groups(self, params):
+        # Root's parameter order decides the groups, so every rank forms the same ones (as Horovod).
+        from tfring.torch.functions import broadcast_object
+        ranks = getattr(self.process_set, "ranks", None)
+        root = min(ranks) if ranks else 0
+        order = broadcast_object([self._parameter_names[p] for p in params], root_rank=root,
+                                 name="DistributedOptimizer.groups", process_set=self.process_set)
+        position = {name: i for i, name in enumerate(order)}
+        missing = [self._parameter_names[p] for p in params if self._parameter_names[p] not in position]
+        if missing:
+            raise ValueError("groups: parameters %s are not in rank %d's optimizer: every rank must build the same "
+                             "model and optimizer" % (", ".join(missing), root))
+        params = sorted(params, key=lambda p: position[self._parameter_names[p]])
+        if isinstance(self._groups, list):
+            listed = {id(p) for group in self._groups for p in group}
+            wanted = {id(p) for p in params}
+            p_groups = [[p for p in group if id(p) in wanted] for group in self._groups]
+            p_groups = [g for g in p_groups if g] + [[p] for p in params if id(p) not in listed]
+        else:
+            p_groups = [g for g in _split_list(params, self._groups) if g]
+        for group in map(tuple, p_groups):
+            for p in group:
+                self._p_to_group[p] = group
+            self._group_counts[group] = 0
+
+    def _scale_factors(self):
+        if self.op == Average:
+            # The core divides by the set's size after the sum (Average); predivide moves part of it before.
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _ensure_grad(self, p):
+        if p.grad is None:
+            # Not computed here (a branch this rank skipped), but other ranks may have one: reduce zeros.
+            p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return p.grad
+
+    def _allreduce_grad_async(self, p):
+        name = self._parameter_names[p]
+        tensor = self._ensure_grad(p)
+        if tensor.is_sparse:
+            if not self.sparse_as_dense:
+                return self._sparse_allreduce_grad_async(tensor, name), None
+            tensor = tensor.to_dense()
+        compressed, ctx = self._compression.compress(tensor)
+        prescale, postscale = self._scale_factors()
+        handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=prescale,
+                                  postscale_factor=postscale, process_set=self.process_set)
+        return handle, ctx
+
+    def _grouped_allreduce_grad_async(self, group):
+        grads = []
+        for p in group:
+            grad = self._ensure_grad(p)
+            if grad.is_sparse:
+                if not self.sparse_as_dense:
+                    raise ValueError("groups: parameter %r has a sparse gradient; grouped allreduces take dense "
+                                     "ones (pass sparse_as_dense=True)" % self._parameter_names[p])
+                grad = grad.to_dense()
+            grads.append(grad)
+        compressed, ctxs = zip(*[self._compression.compress(g) for g in grads])
+        prescale, postscale = self._scale_factors()
+        handle = grouped_allreduce_async_(list(compressed), name=self._parameter_names[group[0]], op=self.op,
+                                          prescale_factor=prescale, postscale_factor=postscale,
+                                          process_set=self.process_set)
+        return handle, ctxs
+
+    def _sparse_allreduce_grad_async(self, grad, name):
+        if self.op not in (Average, Sum):
+            raise ValueError("op=%r: sparse gradients are reduced with Average or Sum only; pass sparse_as_dense=True"
+                             % (self.op,))
+        return sparse_allreduce_async(grad, name=name, op=self.op, process_set=self.process_set)
+
+    def _on_grad_ready(self, p):
+        if self._allreduce_delay[p] <= 0:
+            raise AssertionError(_REPEATED_BACKWARD)
+        self._allreduce_delay[p] -= 1
+        if self._allreduce_delay[p] > 0:
+            self._handles[p] = (None, None)
+            return
+        if self._groups is None:
+            self._handles[p] = self._allreduce_grad_async(p)
+            return
+        group = self._p_to_group[p]
+        self._group_counts[group] += 1
+        if self._group_counts[group] == len(group):
+            self._handles[group] = self._grouped_allreduce_grad_async(group)
+            for gp in group:
+                self._handles.pop(gp, None)
+        else:
+            self._handles[p] = (None, None)
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those not started yet) and writes the results into
+        `.grad`.
+
+        Call it before changing gradients in place (clipping), then `step()` inside `skip_synchronize()`.
+        Every rank of the process set must call it (step() does).
+        """
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+        # Parameters without a finished allreduce yet (unused this step, or fewer backward passes than
+        # backward_passes_per_step) are reduced now; a group always travels whole, under the same name on every rank.
+        if self._groups is not None:
+            for group in self._group_counts:
+                if group not in self._handles:
+                    for p in group:
+                        self._handles.pop(p, None)
+                    self._handles[group] = self._grouped_allreduce_grad_async(group)
+        else:
+            for p in self._requires_update:
+                if self._handles.get(p, (None, None))[0] is None:
+                    self._handles[p] = self._allreduce_grad_async(p)
+        try:
+            for key, (handle, ctx) in self._handles.items():
+                if isinstance(key, tuple):
+                    for p, out, c in zip(key, synchronize(handle), ctx):
+                        self._write_grad(p, self._compression.decompress(out, c))
+                else:
+                    out = handle() if callable(handle) else synchronize(handle)
+                    self._write_grad(key, out if callable(handle) else self._compression.decompress(out, ctx))
+        finally:
+            self._handles.clear()
+            self._reset_counts()
+        self._synchronized = True
+
+    @staticmethod
+    def _write_grad(p, result):
+        if p.grad.is_sparse:
+            # Sparse tensors have no copy_ from dense; the grad is replaced.
+            p.grad = result if result.is_sparse else result.to_sparse()
+        elif result is not p.grad:
+            p.grad.copy_(result)
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Context in which `step()` does not synchronize: after an explicit `synchronize()`.
+
+        Example:
+            optimizer.synchronize()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        """
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        """Synchronizes the gradients (unless inside `skip_synchronize()`), then runs the wrapped optimizer's step.
+
+        Args:
+            closure: passed to the wrapped optimizer's step.
+
+        Returns:
+            What the wrapped optimizer's step returns.
+        """
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+                              "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your "
+                              "code.")
+            self.synchronize()
+        self._synchronized = False
+        return super().step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        """The wrapped optimizer's zero_grad; refused while gradients are being reduced.
+
+        Raises:
+            AssertionError: called after backward() but before step() or synchronize().
+        """
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
+                                 "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
+        return super().zero_grad(*args, **kwargs)
+
+
+def _make_hook(optimizer_ref, p):
+    # A weak reference: an optimizer dropped by the user neither stays alive nor keeps reducing gradients.
+    def hook(_):
+        optimizer = optimizer_ref()
+        if optimizer is not None:
+            optimizer._on_grad_ready(p)
+    return hook
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps a torch optimizer so that gradients are averaged over the ranks before each step.
+
+    Each parameter's allreduce starts as soon as backward has accumulated its gradient; `step()` waits for them,
+    writes the results into `.grad` and runs the wrapped step. The result is an instance of a subclass of the
+    optimizer's class sharing its `param_groups`, `state` and hyperparameters.
+
+    Args:
+        optimizer: a `torch.optim.Optimizer` (created on the model's parameters).
+        named_parameters: `model.named_parameters()`: names the allreduces, which ranks match by (default: the
+            parameters' positions in the optimizer).
+        compression: `Compression.none` (default) or `Compression.fp16` (gradients travel as float16).
+        backward_passes_per_step: backward passes accumulated locally before each allreduce (and step).
+        op: `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        gradient_predivide_factor: with Average, gradients are divided by this before the sum and by size/this
+            after it.
+        num_groups: deprecated spelling of an int `groups`.
+        groups: an int (that many contiguous groups of parameters, one grouped allreduce each) or a list of lists
+            of parameters (one grouped allreduce per list; every other parameter alone).
+        sparse_as_dense: reduce sparse gradients as dense tensors (then back to sparse).
+        process_set: the `ProcessSet` to reduce over (default: all ranks).
+
+    Returns:
+        The distributed optimizer (`isinstance` of the given optimizer's class).
+
+    Raises:
+        ValueError: bad named_parameters (not (name, tensor) tuples, duplicate names, optimizer parameters left
+            unnamed), groups, backward_passes_per_step <= 0, gradient_predivide_factor with an op other than
+            Average, or an optimizer that is already distributed.
+        NotImplementedError: op=Adasum.
+    """
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("DistributedOptimizer: the optimizer is already a DistributedOptimizer")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError("DistributedOptimizer: expected a torch.optim.Optimizer, got %s" % type(optimizer).__name__)
+    if op == Adasum:
+        raise NotImplementedError("DistributedOptimizer: op=Adasum is not supported by tfring.torch (Horovod's Adasum "
+                                  "delta optimizer is not implemented); use op=Average, or allreduce(op=Adasum) "
+                                  "on tensors")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if groups is not None:
+        _check_groups(groups)
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    process_set = global_process_set if process_set is None else process_set
+    base = type(optimizer)
+    cls = type(base.__name__, (_DistributedOptimizer, base), {"__module__": __name__})
+    distributed = cls.__new__(cls)
+    # Share the wrapped optimizer's attributes (param_groups, state, defaults, hooks) instead of running its
+    # __init__ again: optimizers with required arguments and state loaded before wrapping both keep working.
+    # Instance-level methods (an LR scheduler's step wrapper bound to the original) are left behind.
+    distributed.__dict__.update({k: v for k, v in optimizer.__dict__.items() if not hasattr(_DistributedOptimizer, k)})
+    distributed._tfring_init(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                             groups, sparse_as_dense, process_set)
+    return distributed
