@@ -1,0 +1,19 @@
+"""tfring.mxnet on real ranks: the rank-side files in tests/mxnet_ranks run under mpirun at np=2 and np=3, all in one
+pytest process per np; every rank checks its own values. The errors file goes last: it ends with a shutdown and a
+fresh init. mxnet 1.9.1 needs numpy < 1.24, which TensorFlow 2.21 cannot share: these tests run in a separate
+environment with mxnet (see README), and skip elsewhere."""
+import pytest
+
+from conftest import run_rank_pytest
+
+pytest.importorskip("mxnet", reason="mxnet is not installed: tfring.mxnet is not built or tested")
+
+FILES = ["tests/mxnet_ranks/ranks_mxnet_collectives.py", "tests/mxnet_ranks/ranks_mxnet_training.py",
+         "tests/mxnet_ranks/ranks_mxnet_errors.py"]
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_mxnet_ranks(np_):
+    proc = run_rank_pytest(np_, FILES, timeout=900, extra_env={"TFRING_DYNAMIC_PROCESS_SETS": "1"})
+    # Every rank must have run and passed tests (guards against files that collect nothing).
+    assert proc.stdout.count(" passed") >= np_, proc.stdout[-5000:]

@@ -1,0 +1,127 @@
+"""Loads tfring's MXNet extension (a C library used through ctypes, like libmxnet itself), names unnamed
+collectives, and turns the extension's error codes into Horovod's exception types."""
+import ctypes
+import glob
+import os
+
+import mxnet as mx
+
+from tfring import _lib
+from tfring.elastic.errors import HorovodInternalError
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REBUILD = ("Rebuild tfring with mxnet installed: `TFRING_WITHOUT_TENSORFLOW=1 pip install --no-build-isolation "
+            "--force-reinstall --no-deps <path-to-tfring>` (or, in a source checkout, `python setup.py build_ext "
+            "--inplace`).")
+
+# Core op types and status codes (tfring/cc/common/types.h, status.h).
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = 0, 1, 2, 3, 4
+_INVALID_ARGUMENT, _WORKERS_FAILED = 1, 6
+
+
+def _load():
+    """The extension's ctypes handle, its argument types declared.
+
+    Returns:
+        ctypes.CDLL: the loaded `_tfring_mxnet` library.
+
+    Raises:
+        ImportError: the extension is missing, was built for another mxnet, or fails to load.
+    """
+    _lib.core()  # first, by its path: the extension's dependency on the core resolves to this copy (one runtime)
+    built_for = _lib.build_info().get("mxnet")
+    if built_for and built_for.split(".")[:2] != mx.__version__.split(".")[:2]:
+        raise ImportError("tfring's mxnet extension was built for mxnet %s but mxnet %s is installed. %s"
+                          % (built_for, mx.__version__, _REBUILD))
+    found = glob.glob(os.path.join(_HERE, "_tfring_mxnet*.so"))
+    if not found:
+        raise ImportError("tfring's mxnet extension is not built (no tfring/mxnet/_tfring_mxnet*.so). " + _REBUILD)
+    try:
+        c = ctypes.CDLL(found[0])
+    except OSError as e:
+        raise ImportError("tfring's mxnet extension failed to load (mxnet %s): %s. %s"
+                          % (mx.__version__, e, _REBUILD)) from e
+    vp, ip, i64p, i, d = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int64), \
+        ctypes.c_int, ctypes.c_double
+    strs = ctypes.POINTER(ctypes.c_char_p)
+    c.tfring_mxnet_last_error.restype = ctypes.c_char_p
+    c.tfring_mxnet_push.argtypes = [i, i, ctypes.POINTER(vp), ctypes.POINTER(vp), strs, i, d, d, i, i, i]
+    c.tfring_mxnet_host_run.argtypes = [i, i, ctypes.POINTER(vp), ip, ip, i64p, strs, i, d, d, i64p, i, i,
+                                        ctypes.POINTER(vp)]
+    c.tfring_mxnet_result_count.argtypes = [vp]
+    c.tfring_mxnet_result_shape.argtypes = [vp, i, i64p]
+    c.tfring_mxnet_result_copy.argtypes = [vp, i, vp]
+    c.tfring_mxnet_result_free.argtypes = [vp]
+    return c
+
+
+C = _load()
+
+
+def check(rc):
+    """Raises the Python error for an extension return code.
+
+    Args:
+        rc: the code an extension call returned (0: success).
+
+    Raises:
+        ValueError: an argument every rank can see is invalid (not a member of the set, bad dtype, ...).
+        HorovodInternalError: a worker process failed or left.
+        RuntimeError: any other failure (not initialized, ranks disagree, shut down).
+    """
+    if rc == 0:
+        return
+    message = C.tfring_mxnet_last_error().decode(errors="replace")
+    code = rc - 1
+    if code == _INVALID_ARGUMENT:
+        raise ValueError(message)
+    if code == _WORKERS_FAILED:
+        raise HorovodInternalError(message)
+    raise RuntimeError(message)
+
+
+class _Names:
+    """Names of unnamed collectives: "<prefix>.noname.<n>", n counted per (prefix, process set). Every member
+    of a set issues the same sequence of unnamed collectives of a kind on it, so n agrees across ranks."""
+
+    def __init__(self):
+        self._next = {}
+
+    def make(self, prefix, name, process_set_id, count):
+        """The tensor names of one call.
+
+        Args:
+            prefix: the collective's kind ("allreduce", "grouped_allgather", ...).
+            name: the user's name, or None.
+            process_set_id: the set it runs on.
+            count: how many tensors the call holds (grouped calls get "_<i>of<n>" suffixes).
+
+        Returns:
+            list of bytes: one name per tensor.
+        """
+        if name is None:
+            key = (prefix, process_set_id)
+            self._next[key] = self._next.get(key, 0) + 1
+            base = "%s.noname.%d" % (prefix, self._next[key])
+        else:
+            base = "%s.%s" % (prefix, name)
+        if prefix.startswith("grouped_"):
+            return [("%s_%dof%d" % (base, i + 1, count)).encode() for i in range(count)]
+        return [base.encode()] * count
+
+    def reset(self):
+        """Restarts every count (init after shutdown)."""
+        self._next.clear()
+
+
+names = _Names()
+
+
+def string_array(values):
+    """A C array of char* for `values` (bytes)."""
+    return (ctypes.c_char_p * len(values))(*values)
+
+
+def handle_array(arrays):
+    """A C array of the NDArrayHandles of `arrays`."""
+    return (ctypes.c_void_p * len(arrays))(*[a.handle.value for a in arrays])

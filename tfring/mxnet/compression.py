@@ -1,0 +1,65 @@
+"""Gradient compression for tfring.mxnet (Horovod's `horovod.mxnet.compression`): what is sent is compressed,
+the result decompressed back to the gradient's dtype."""
+import numpy as np
+
+
+class Compressor:
+    """Interface of a compression algorithm."""
+
+    @staticmethod
+    def compress(tensor):
+        """Compresses `tensor`.
+
+        Args:
+            tensor: an mx.nd.NDArray.
+
+        Returns:
+            (compressed NDArray, context needed by `decompress`).
+        """
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        """Undoes `compress`.
+
+        Args:
+            tensor: the compressed NDArray (after the collective).
+            ctx: what `compress` returned with it.
+
+        Returns:
+            mx.nd.NDArray: the decompressed array.
+        """
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    """Sends arrays as they are."""
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class FP16Compressor(Compressor):
+    """Sends floating-point arrays as float16 (half the bytes); other dtypes as they are."""
+
+    @staticmethod
+    def compress(tensor):
+        if np.issubdtype(tensor.dtype, np.floating) and tensor.dtype != np.float16:
+            return tensor.astype(np.float16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor if ctx is None else tensor.astype(ctx)
+
+
+class Compression:
+    """The available compressors (`Compression.none`, `Compression.fp16`)."""
+
+    none = NoneCompressor
+    fp16 = FP16Compressor
