@@ -29,7 +29,7 @@ int tfring_mpi_threads_supported();
 int tfring_built(const char* what);
 // The fusion threshold (bytes) and cycle time (ms) in force now (autotune changes them); -1 if not initialized.
 int64_t tfring_fusion_threshold();
-double tfring_cycle_time_ms();  // "mpi", "nccl", "gloo", "cuda"
+double tfring_cycle_time_ms();    // "mpi", "nccl", "gloo", "cuda"
 const char* tfring_knob_table();  // "name|type|default|doc\n" rows
 // Rank 0 writes the timeline (other ranks: no-op). 0 on success, else writes the message into err.
 int tfring_start_timeline(const char* path, int mark_cycles, char* err, int err_len);
