@@ -1,38 +1,7 @@
 """Gradient compression applied around allreduce: cast to a 16-bit float for the wire, back after."""
 import tensorflow as tf
 
-
-class Compressor:
-    """Interface of a compression: `compress` before the collective, `decompress` after it."""
-
-    @staticmethod
-    def compress(tensor):
-        """Returns the tensor to send and what decompress needs.
-
-        Args:
-            tensor: the tensor to send.
-
-        Returns:
-            tuple: (tensor to send, context for `decompress`).
-        """
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Undoes compress.
-
-        Args:
-            tensor: the collective's result.
-            ctx: the context `compress` returned.
-
-        Returns:
-            The tensor in its original form.
-        """
-        return tensor
-
-
-class NoneCompressor(Compressor):
-    """No compression (the default): tensors travel as they are."""
+from tfring._compressor import Compressor, NoneCompressor  # noqa: F401 (public here too)
 
 
 class _CastCompressor(Compressor):

@@ -4,38 +4,7 @@ wire, back to the original dtype after.
 Only torch is imported here, so `tfring.torch.mpi_ops` can import `Compression` without a cycle."""
 import torch
 
-
-class Compressor:
-    """Interface of a compression: `compress` before the collective, `decompress` after it."""
-
-    @staticmethod
-    def compress(tensor):
-        """Returns the tensor to send and what `decompress` needs.
-
-        Args:
-            tensor: the tensor to send.
-
-        Returns:
-            tuple: (tensor to send, context for `decompress`).
-        """
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Undoes `compress`.
-
-        Args:
-            tensor: the collective's result.
-            ctx: the context `compress` returned.
-
-        Returns:
-            The tensor in its original form.
-        """
-        return tensor
-
-
-class NoneCompressor(Compressor):
-    """No compression (the default): tensors travel as they are."""
+from tfring._compressor import Compressor, NoneCompressor  # noqa: F401 (public here too)
 
 
 class _CastCompressor(Compressor):

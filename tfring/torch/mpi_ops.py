@@ -4,10 +4,12 @@ The collectives live in `_reduce` (allreduce, reducescatter) and `_gather` (allg
 handles, `poll` and `synchronize` in `_handles`. Every function here runs on the runtime the TensorFlow binding
 uses too (one per process).
 """
-from tfring import basics as _basics
+# init/shutdown are tfring.basics' own: every shutdown (an elastic reset too) clears this binding's handles and
+# restarts its names through basics' shutdown hook (tfring/torch/_handles.py).
 from tfring.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
-                           is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                           mpi_threads_supported, nccl_built, rank, rocm_built, size, start_timeline, stop_timeline)
+                           init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+                           mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size, start_timeline,
+                           stop_timeline)
 from tfring.elastic.errors import HorovodInternalError  # noqa: F401
 from tfring.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 from tfring.torch import _handles as _h
@@ -20,28 +22,6 @@ from tfring.torch._reduce import (allreduce, allreduce_, allreduce_async, allred
                                   grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                                   grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
                                   reducescatter, reducescatter_async, sparse_allreduce_async)
-
-
-def init(comm=None, process_sets=None):
-    """Starts tfring (MPI and the background thread); every rank calls it. Calling it again does nothing.
-
-    Args:
-        comm: run on MPI_COMM_WORLD (None), an mpi4py communicator, or a list of MPI_COMM_WORLD ranks.
-        process_sets: `ProcessSet` objects to register (the same list on every rank).
-
-    Raises:
-        ValueError: `comm` or a process set is invalid.
-        RuntimeError: the runtime failed to start.
-    """
-    if not is_initialized():
-        _h._reset()  # a fresh start numbers unnamed collectives from 1 on every rank
-    _basics.init(comm=comm, process_sets=process_sets)
-
-
-def shutdown():
-    """Stops the background thread; pending collectives fail. `init()` may follow."""
-    _basics.shutdown()
-    _h._reset()
 
 
 def join(device=-1):
