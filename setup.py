@@ -108,11 +108,18 @@ def gpu_config():
         if not nvcc or not nccl:
             sys.exit("tfring: TFRING_GPU_OPERATIONS=NCCL needs nvcc (found: %s) and NCCL's headers (found: %s). "
                      "Install CUDA and `pip install nvidia-nccl-cu12`, or set CUDA_HOME / NCCL_HOME." % (nvcc, nccl))
-    else:
-        import tensorflow as tf
-        if not (nvcc and nccl and tf.test.is_built_with_cuda()):
-            return None
+    elif not (nvcc and nccl and _bound_framework_has_cuda()):
+        return None
     return {"nvcc": nvcc, "cuda": cuda, "nccl": nccl}
+
+
+def _bound_framework_has_cuda():
+    """Auto mode builds the GPU path only for a CUDA build of TensorFlow (PyTorch's CUDA wheels are the default
+    even on CPU-only machines: ask for NCCL explicitly there); an environment without TensorFlow never imports it."""
+    if wanted("TENSORFLOW", "tensorflow"):
+        import tensorflow as tf
+        return tf.test.is_built_with_cuda()
+    return False
 
 
 def gpu_flags(gpu):

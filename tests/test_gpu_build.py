@@ -1,5 +1,6 @@
-"""The GPU path (NCCL + CUDA kernels) compiles with nvcc and loads; no GPU is available to this project, so
-nothing here runs a collective on a GPU. Skipped where nvcc or NCCL's headers are missing."""
+"""The GPU path (NCCL + CUDA kernels; the TF ops and, where torch is installed, the torch extension) compiles with
+nvcc and loads; no GPU is available to this project, so nothing here runs a collective on a GPU. Skipped where nvcc
+or NCCL's headers are missing."""
 import glob
 import os
 import shutil
@@ -29,6 +30,23 @@ print("GPU-BUILD-OK rank", hvd.rank())
 """
 
 
+CHECK_TORCH = r"""
+import torch
+import tfring.torch as hvd
+hvd.init()
+assert hvd.nccl_built()
+out = hvd.allreduce(torch.tensor([1.0, 2.0]) * (hvd.rank() + 1), op=hvd.Sum)
+n = hvd.size()
+assert out.tolist() == [n * (n + 1) / 2, n * (n + 1)], out
+print("GPU-BUILD-OK rank", hvd.rank())
+"""
+
+
+def _has_torch():
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
+
+
 def _nccl_available():
     if os.environ.get("NCCL_HOME"):
         return True
@@ -45,7 +63,9 @@ def _nccl_available():
 @pytest.mark.skipif(shutil.which("nvcc") is None or not _nccl_available(),
                     reason="needs nvcc and NCCL headers (pip install nvidia-nccl-cu12)")
 def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
-    env = dict(os.environ, TFRING_GPU_OPERATIONS="NCCL", TF_CPP_MIN_LOG_LEVEL="2", TFRING_WITHOUT_PYTORCH="1")
+    with_torch = _has_torch()
+    env = dict(os.environ, TFRING_GPU_OPERATIONS="NCCL", TF_CPP_MIN_LOG_LEVEL="2",
+               **{"TFRING_WITH_PYTORCH" if with_torch else "TFRING_WITHOUT_PYTORCH": "1"})
     build = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
                             "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=1200)
@@ -56,15 +76,21 @@ def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
     pkg = tmp_path / "pkg" / "tfring"
     shutil.copytree(os.path.dirname(tfring.__file__), str(pkg),
                     ignore=shutil.ignore_patterns("_tfring*.so", "libtfring_core.so", "build_info.json", "__pycache__"))
-    for f in glob.glob(str(tmp_path / "lib" / "tfring" / "*")):
-        shutil.copy(f, str(pkg))
-    script = tmp_path / "check.py"
-    script.write_text(CHECK)
+    built = tmp_path / "lib" / "tfring"
+    for f in glob.glob(str(built / "*")) + glob.glob(str(built / "torch" / "*.so")):
+        if os.path.isfile(f):
+            shutil.copy(f, str(pkg / os.path.relpath(os.path.dirname(f), str(built))))
     env = rank_env()
     env["PYTHONPATH"] = str(tmp_path / "pkg")
-    proc = run_ranks(2, [str(script)], timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    assert proc.stdout.count("GPU-BUILD-OK") == 2, proc.stdout[-5000:]
+    checks = [("check.py", CHECK)] + ([("check_torch.py", CHECK_TORCH)] if with_torch else [])
+    for name, text in checks:
+        script = tmp_path / name
+        script.write_text(text)
+        proc = run_ranks(2, [str(script)], timeout=300, env=env)
+        assert proc.returncode == 0, proc.stdout[-5000:]
+        assert proc.stdout.count("GPU-BUILD-OK") == 2, proc.stdout[-5000:]
+    if with_torch:  # the torch extension was compiled with the CUDA stream code and linked against torch's CUDA libs
+        assert "tfring/cc/torch/ops.cc" in build.stdout and "-ltorch_cuda" in build.stdout, build.stdout[-5000:]
 
 
 def test_unknown_gpu_operations_value_is_refused(tmp_path):

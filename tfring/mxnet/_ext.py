@@ -7,6 +7,7 @@ import os
 import mxnet as mx
 
 from tfring import _lib
+from tfring import basics as _basics
 from tfring.elastic.errors import HorovodInternalError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -115,6 +116,7 @@ class _Names:
 
 
 names = _Names()
+_basics._shutdown_hooks.append(names.reset)  # any shutdown (an elastic reset too) numbers unnamed ones from 1 again
 
 
 def string_array(values):

@@ -11,7 +11,7 @@ import numpy as np
 
 from tfring import basics as _basics
 from tfring.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
-                           gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                           gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                            mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, size, start_timeline,
                            stop_timeline)
 from tfring.elastic.errors import HorovodInternalError  # noqa: F401
@@ -23,27 +23,10 @@ Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 _OPS = (Average, Sum, Min, Max, Product)  # Adasum: not implemented by the core
 
 
-def init(comm=None, process_sets=None):
-    """Starts tfring (MPI and the background thread); every rank calls it. Calling it again does nothing.
-
-    Args:
-        comm: run on MPI_COMM_WORLD (None), an mpi4py communicator, or a list of MPI_COMM_WORLD ranks.
-        process_sets: `ProcessSet` objects to register (the same list on every rank).
-
-    Raises:
-        ValueError: `comm` or a process set is invalid.
-        RuntimeError: the runtime failed to start.
-    """
-    if not is_initialized():
-        _ext.names.reset()  # a fresh start numbers unnamed collectives from 1 on every rank
-    _basics.init(comm=comm, process_sets=process_sets)
-
-
 def shutdown():
     """Waits for MXNet's pending operations (ours among them), then stops the background thread."""
     mx.nd.waitall()
-    _basics.shutdown()
-    _ext.names.reset()
+    _basics.shutdown()  # its shutdown hook (registered by _ext) restarts the names of unnamed collectives
 
 
 def _resolve_op(fn, average, op):
