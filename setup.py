@@ -337,11 +337,14 @@ setup(
                     # tf_keras requires the full `tensorflow` wheel, which pip would install over tensorflow-cpu
                     # (2.4 GB, CUDA probes on every rank): install it with --no-deps instead (README).
                     "tf_keras": ["tf_keras~=2.21.0"],
-                    "test": ["pytest", "scikit-learn", "ruff", "clang-format", "pdoc"],
+                    "test": ["pytest", "scikit-learn", "ruff", "clang-format", "pdoc", "psutil"],
                     "gpu": ["nvidia-nccl-cu12"],
                     # The torch binding compiles against the torch in the environment: install torch first, then
                     # tfring with --no-build-isolation (README).
-                    "torch": ["torch>=2.1"]},
+                    "torch": ["torch>=2.1"],
+                    # Engines (README "Spark", "Ray"): optional, the base install stays lean.
+                    "spark": ["pyspark>=3.5", "pyarrow>=14", "pandas<3"],  # pyspark 4.3 warns on pandas 3
+                    "ray": ["ray>=2.10"]},
     entry_points={"console_scripts": ["tfringrun = tfring.runner.launch:main"]},
     zip_safe=False,
 )

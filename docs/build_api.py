@@ -28,7 +28,7 @@ import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PUBLIC_MODULES = ["tfring", "tfring.keras", "tfring.callbacks", "tfring.keras.callbacks", "tfring.elastic",
-                  "tfring.torch"]
+                  "tfring.torch", "tfring.spark", "tfring.ray"]
 CALLBACKS = ["BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "LearningRateScheduleCallback",
              "LearningRateWarmupCallback", "MetricAverageCallback"]
 # What the HTML pages of modules without __all__ list (tfring.keras also has everything of tfring's page).

@@ -103,7 +103,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def log_error(self, format, *args):  # malformed HTTP (http.server answers it unsigned), timeouts
         why = (format % args)[:200]
-        self.server.say("elastic driver refused a request from %s: %s" % (self.client_address[0], why))
+        self.server.say("%s refused a request from %s: %s" % (self.server.name, self.client_address[0], why))
 
     def _reply(self, status, obj):
         body = _encode(obj)
@@ -118,7 +118,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             pass  # the client went away
 
     def _refuse(self, status, why):
-        self.server.say("elastic driver refused a request from %s: %s" % (self.client_address[0], why))
+        self.server.say("%s refused a request from %s: %s" % (self.server.name, self.client_address[0], why))
         self._reply(status, {"error": why})
 
     def _not_post(self):
@@ -130,8 +130,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = self.headers.get("Content-Length")
         if length is None or not (length.strip().isascii() and length.strip().isdigit()):
             return self._refuse(400, "missing or invalid Content-Length")
-        if int(length) > MAX_BODY:
-            return self._refuse(400, "body of %s bytes is over the %d-byte limit" % (int(length), MAX_BODY))
+        if int(length) > self.server.max_body:
+            return self._refuse(400, "body of %s bytes is over the %d-byte limit" % (int(length), self.server.max_body))
         try:
             body = self.rfile.read(int(length))
         except OSError:
@@ -155,10 +155,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except BadRequest as e:
             return self._refuse(400, "bad payload for %s: %s" % (self.path, e))
         except Exception as e:  # any handler bug becomes a 500; the driver goes on
-            self.server.say("elastic driver: handler %s failed: %s: %s" % (self.path, type(e).__name__, e))
+            self.server.say("%s: handler %s failed: %s: %s" % (self.server.name, self.path, type(e).__name__, e))
             return self._reply(500, {"error": "handler failed"})
         if not isinstance(result, dict):
-            self.server.say("elastic driver: handler %s returned %s, not a dict" % (self.path, type(result).__name__))
+            self.server.say("%s: handler %s returned %s, not a dict" % (self.server.name, self.path,
+                                                                        type(result).__name__))
             return self._reply(500, {"error": "handler failed"})
         self._reply(200, result)
 
@@ -178,13 +179,15 @@ class DriverServer:
         handlers: {path: callable(dict) -> dict}, e.g. {"/hosts": ...}. A handler raises `BadRequest` for an
             unusable payload (400); any other exception is a 500.
         log: where refusals and handler failures are written, one line each (default sys.stderr).
+        name: what the log lines call this server (other services reuse the protocol, e.g. tfring.runner.slots).
+        max_body: the largest request accepted, in bytes (default MAX_BODY, 1 MiB).
 
     Raises:
         ValueError: a wildcard bind address or a bad secret.
         OSError: the address cannot be bound.
     """
 
-    def __init__(self, bind_host, secret, handlers, log=None):
+    def __init__(self, bind_host, secret, handlers, log=None, name="elastic driver", max_body=MAX_BODY):
         if bind_host in ("", "0.0.0.0", "::"):
             raise ValueError("DriverServer: refusing to listen on every interface (%r)" % bind_host)
         _key(secret)
@@ -192,6 +195,7 @@ class DriverServer:
         self._log_lock = threading.Lock()
         self._httpd = _Server((bind_host, 0), _Handler)
         self._httpd.secret, self._httpd.handlers, self._httpd.say = secret, dict(handlers), self.say
+        self._httpd.name, self._httpd.max_body = name, int(max_body)
         self._thread = None
 
     @property
@@ -223,7 +227,7 @@ class DriverServer:
         """
         if self._thread is None:
             self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                            name="tfring-elastic-driver", daemon=True)
+                                            name="tfring-" + self._httpd.name.replace(" ", "-"), daemon=True)
             self._thread.start()
         return self
 
@@ -243,16 +247,19 @@ class DriverClient:
         address: the driver's "host:port".
         secret: the job's secret (hex string).
         timeout: seconds one call may take in all (connect, send, receive).
+        name: what error messages call the server.
+        max_body: the largest reply accepted, in bytes (default MAX_BODY, 1 MiB).
 
     Raises:
         ValueError: a malformed address or secret.
     """
 
-    def __init__(self, address, secret, timeout=10.0):
+    def __init__(self, address, secret, timeout=10.0, name="elastic driver", max_body=MAX_BODY):
         self.host, self.port = _parse_address(address)
         self.address = "%s:%d" % (self.host, self.port)
         _key(secret)
         self._secret, self.timeout = secret, float(timeout)
+        self.name, self.max_body = name, int(max_body)
 
     def call(self, path, payload):
         """POSTs a JSON object to the driver and returns its verified reply.
@@ -269,7 +276,7 @@ class DriverClient:
                 unsigned, wrongly signed, too big or not a JSON object.
         """
         body = _encode(payload)
-        where = "elastic driver at %s (%s)" % (self.address, path)
+        where = "%s at %s (%s)" % (self.name, self.address, path)
         deadline = time.monotonic() + self.timeout
 
         def left():
@@ -287,7 +294,7 @@ class DriverClient:
             conn.sock.settimeout(left())  # also bounds each read of the reply; the loop checks the deadline
             response = conn.getresponse()
             chunks, size = [], 0
-            while size <= MAX_BODY:
+            while size <= self.max_body:
                 left()
                 chunk = response.read(65536)
                 if not chunk:
@@ -301,8 +308,8 @@ class DriverClient:
                                                                       self.timeout)) from None
         finally:
             conn.close()
-        if len(reply) > MAX_BODY:
-            raise ProtocolError("%s: reply over %d bytes" % (where, MAX_BODY))
+        if len(reply) > self.max_body:
+            raise ProtocolError("%s: reply over %d bytes" % (where, self.max_body))
         if not verify(self._secret, reply, signature):
             raise ProtocolError("%s: reply %s (HTTP %d)" % (
                 where, "unsigned" if signature is None else "with a bad signature", response.status))
