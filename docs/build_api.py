@@ -29,6 +29,8 @@ import warnings
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PUBLIC_MODULES = ["tfring", "tfring.keras", "tfring.callbacks", "tfring.keras.callbacks", "tfring.elastic",
                   "tfring.torch", "tfring.spark", "tfring.ray"]
+# Checked where their engine is installed (they build on its classes, e.g. pyspark.ml's Params).
+OPTIONAL_MODULES = {"tfring.spark.keras": "pyspark", "tfring.spark.common": "pyspark"}
 CALLBACKS = ["BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "LearningRateScheduleCallback",
              "LearningRateWarmupCallback", "MetricAverageCallback"]
 # What the HTML pages of modules without __all__ list (tfring.keras also has everything of tfring's page).
@@ -231,7 +233,8 @@ def check_docstrings():
         list: one line per problem (empty when the docs are complete).
     """
     problems, queue, seen = [], [], set()
-    for name in PUBLIC_MODULES:
+    optional = [m for m, engine in OPTIONAL_MODULES.items() if importlib.util.find_spec(engine) is not None]
+    for name in PUBLIC_MODULES + optional:
         module = importlib.import_module(name)
         if not (module.__doc__ or "").strip():
             problems.append("%s: module without a docstring" % name)
