@@ -7,7 +7,13 @@ from tfring.elastic.errors import HostsUpdatedInterrupt
 
 
 def _bcast_object(obj):
-    from tfring.functions import broadcast_object
+    try:
+        from tfring.functions import broadcast_object
+    except ModuleNotFoundError as e:
+        if e.name != "tensorflow":
+            raise
+        # A PyTorch-only install: the same runtime through the torch binding.
+        from tfring.torch.functions import broadcast_object
     return broadcast_object(obj, root_rank=0, name="tfring.elastic.state")
 
 
@@ -16,7 +22,8 @@ class State:
     for new hosts; reset callbacks run after every membership change (e.g. to rescale the learning rate).
 
     Args:
-        bcast_object: how an object travels from rank 0 (default `tfring.broadcast_object`).
+        bcast_object: how an object travels from rank 0 (default `tfring.broadcast_object`; without TensorFlow,
+            `tfring.torch.broadcast_object`).
         get_rank: accepted for Horovod compatibility (unused).
     """
 
@@ -115,7 +122,8 @@ class ObjectState(State):
     The attributes travel with `tfring.broadcast_object` (cloudpickle) from rank 0 on `sync()`.
 
     Args:
-        bcast_object: how an object travels from rank 0 (default `tfring.broadcast_object`).
+        bcast_object: how an object travels from rank 0 (default `tfring.broadcast_object`; without TensorFlow,
+            `tfring.torch.broadcast_object`).
         get_rank: accepted for Horovod compatibility (unused).
         **kwargs: the attributes and their initial values.
     """

@@ -6,7 +6,7 @@
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
 The collectives, `init`, the topology queries and process sets are imported here; the optimizer, the object
-helpers and SyncBatchNorm load on first use.
+helpers, SyncBatchNorm and `elastic` (Horovod's `horovod.torch.elastic`) load on first use.
 """
 import importlib
 
@@ -35,6 +35,8 @@ _LAZY = {
 
 
 def __getattr__(name):
+    if name == "elastic":  # hvd.elastic, as in Horovod (loads the elastic machinery only when used)
+        return importlib.import_module("tfring.torch.elastic")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError("module 'tfring.torch' has no attribute %r" % name)
@@ -44,4 +46,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"elastic"})

@@ -1,0 +1,112 @@
+"""An elastic PyTorch job for tests/test_torch_elastic.py: a small regression model (Adam in DistributedOptimizer)
+on 96 rows, an ElasticSampler (batches of 4) and a TorchState holding model, optimizer, sampler and a step
+counter; a commit every ELASTIC_COMMIT_EVERY steps and at each epoch end. ELASTIC_KILL="rank:step" makes that
+(original) rank SIGKILL itself right after finishing that step (after its commit, if it is a commit point);
+ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file after step 2 (ELASTIC_STEP_SLEEP slows steps).
+Every rank writes to $ELASTIC_OUT: init.pt (rank 0, the initial parameters and the data), log.<pid>.jsonl (one
+line per commit with the [epoch, dataset index] pairs this rank processed since the previous commit, one per
+restore, one per reset) and final.<pid>.pt (final parameters, Adam state, step counter, size)."""
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+from mpi4py import MPI
+from torch.utils.data import DataLoader, TensorDataset
+
+import tfring.torch as hvd
+
+EPOCHS, ROWS, BATCH = 2, 96, 4
+OUT = os.environ["ELASTIC_OUT"]
+KILL = os.environ.get("ELASTIC_KILL", "")
+COMMIT_EVERY = int(os.environ.get("ELASTIC_COMMIT_EVERY", "3"))
+GROW = os.environ.get("ELASTIC_GROW", "")
+SLEEP = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))
+
+torch.set_num_threads(1)
+# Started by the running job when it grew. Asked before init(): the newcomer disconnects from its parents there.
+SPAWNED = MPI.Comm.Get_parent() != MPI.COMM_NULL
+hvd.init()
+FIRST_RANK = hvd.rank()
+generator = torch.Generator().manual_seed(0)
+x_all = torch.randn(ROWS, 8, generator=generator)
+y_all = x_all @ torch.randn(8, 1, generator=generator) + 0.1 * torch.randn(ROWS, 1, generator=generator)
+dataset = TensorDataset(x_all, y_all)
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+optimizer = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
+                                     named_parameters=model.named_parameters())
+sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=3)
+loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
+log = open(os.path.join(OUT, "log.%d.jsonl" % os.getpid()), "a")
+pending = []  # [epoch, index] this rank processed since the last commit (lost with a rollback)
+if FIRST_RANK == 0 and not SPAWNED:
+    torch.save({"params": model.state_dict(), "x": x_all, "y": y_all}, os.path.join(OUT, "init.pt"))
+
+
+def write(**row):
+    log.write(json.dumps(dict(row, t=time.time(), rank=hvd.rank(), size=hvd.size(), first_rank=FIRST_RANK,
+                              spawned=SPAWNED)) + "\n")
+    log.flush()
+
+
+def adam_steps():
+    return sorted({int(s["step"]) for s in optimizer.state_dict()["state"].values()})
+
+
+class LoggedTorchState(hvd.elastic.TorchState):
+    """Logs each commit (with the indices it makes permanent) and each rollback."""
+
+    def save(self):
+        super().save()
+        write(event="commit", step=self.step, epoch=self.epoch, indices=pending,
+              committed=sorted(self._handlers["sampler"].saved["processed_indices"]), adam=adam_steps())
+        pending.clear()
+
+    def restore(self):
+        super().restore()
+        pending.clear()
+        saved = self._handlers["model"].saved
+        write(event="restore", step=self.step, epoch=self.epoch, adam=adam_steps(),
+              equal_to_commit=all(torch.equal(v, saved[k]) for k, v in model.state_dict().items()))
+
+
+state = LoggedTorchState(model, optimizer, sampler=sampler, epoch=0, step=0)
+state.register_reset_callbacks([lambda: write(event="reset", step=state.step)])
+
+
+@hvd.elastic.run
+def train(state):
+    while state.epoch < EPOCHS:
+        for batch_idx, (x, y) in enumerate(loader):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            state.sampler.record_batch(batch_idx, BATCH)
+            pending.extend([state.epoch, i] for i in state.sampler.get_indices(batch_idx, BATCH))
+            state.step += 1
+            time.sleep(SLEEP)
+            if GROW and FIRST_RANK == 0 and not SPAWNED and state.step == 2:  # "more slots" appear mid-epoch
+                path, content = GROW.split("=", 1)
+                with open(path, "w") as f:
+                    f.write(content + "\n")
+            if state.step % COMMIT_EVERY == 0:
+                state.commit()
+            if KILL and not SPAWNED and [FIRST_RANK, state.step] == [int(v) for v in KILL.split(":")]:
+                with open(os.path.join(OUT, "killed.json"), "w") as f:
+                    json.dump({"t": time.time(), "step": state.step}, f)
+                os.kill(os.getpid(), signal.SIGKILL)
+        state.epoch += 1
+        state.sampler.set_epoch(state.epoch)
+        state.commit()
+
+
+train(state)
+torch.save({"params": model.state_dict(), "adam": optimizer.state_dict()["state"], "step": state.step,
+            "epoch": state.epoch, "rank": hvd.rank(), "size": hvd.size(), "tensorflow": "tensorflow" in sys.modules},
+           os.path.join(OUT, "final.%d.pt" % os.getpid()))
+print("rank %d of %d done: step %d" % (hvd.rank(), hvd.size(), state.step))
+sys.stdout.flush()
