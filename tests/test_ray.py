@@ -177,8 +177,10 @@ def _fail_on_rank_one():
 
 
 def test_raising_fn_names_the_rank_and_ranks_survive(executor):
-    with pytest.raises(RuntimeError, match=r"rank 1 raised:(.|\n)*ValueError: boom from the test"):
+    from tfring.runner.slots import RankError
+    with pytest.raises(RankError, match=r"rank 1 raised:(.|\n)*ValueError: boom from the test") as info:
         executor.run(_fail_on_rank_one)
+    assert info.value.rank == 1 and isinstance(info.value, RuntimeError)
     assert executor.run(lambda: "still here") == ["still here", "still here"]
 
 

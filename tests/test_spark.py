@@ -231,6 +231,10 @@ def test_unauthenticated_requests_are_refused_and_nothing_runs(tmp_path):
         bad_index = json.dumps({"index": 7, "host": "h", "address": "127.0.0.1:1"}).encode()
         assert _post(job.address, "/register", bad_index, {protocol.SIGNATURE_HEADER: protocol.sign(
             job.secret, bad_index)})[0] == 400
+        # A signed registration whose network would reach mpirun's arguments: refused unless an address/prefix.
+        bad_network = json.dumps({"index": 0, "host": "h", "address": "127.0.0.1:1", "network": "-x EVIL"}).encode()
+        assert _post(job.address, "/register", bad_network, {protocol.SIGNATURE_HEADER: protocol.sign(
+            job.secret, bad_network)})[0] == 400
         time.sleep(0.5)
         assert not marker.exists()
         assert "missing signature" in log.getvalue() and "bad signature" in log.getvalue()

@@ -10,6 +10,7 @@ import warnings
 
 from tfring.ray import _rank
 from tfring.ray.worker import MAX_CONCURRENCY, SlotWorker
+from tfring.runner.slots import RankError, alive
 
 
 @dataclasses.dataclass
@@ -181,8 +182,8 @@ class RayExecutor:
             extra_env_vars: variables set in the actors before the ranks start (the ranks inherit them).
 
         Raises:
-            RuntimeError: already started, a worker died, or building the executable failed (the message names
-                the rank).
+            RankError: building the executable failed in a rank (`.rank` names it).
+            RuntimeError: already started, or a worker died.
             TimeoutError: the placement group or the workers did not start in time.
             ValueError: use_gpu on a cluster without GPUs.
         """
@@ -203,19 +204,20 @@ class RayExecutor:
             self._serving = [w.serve.remote(self._job.address, self._job.secret, route_address(infos[i]["ip"]))
                              for i, w in enumerate(self.workers)]
             self._job.wait_ready(self.settings.timeout_s, alive=self._alive)
-            actors = {}
-            for i, info in enumerate(infos):
-                actors.setdefault(info["host"], []).append((i, info["pid"]))
             gpu_env = {}
             if self.use_gpu:  # every rank of a host sees all that host's GPUs (as Horovod), so CUDA IPC works
-                gpu_env = {h: {"CUDA_VISIBLE_DEVICES": ",".join(g for i, _ in ws for g in infos[i]["gpu_ids"])}
-                           for h, ws in actors.items()}
-            ranks = self._call(_rank.setup, (actors, gpu_env, executable_cls, list(executable_args or []),
+                gpus = {}
+                for info in infos:
+                    gpus.setdefault(info["host"], []).extend(info["gpu_ids"])
+                gpu_env = {i: {"CUDA_VISIBLE_DEVICES": ",".join(gpus[info["host"]])} for i, info in enumerate(infos)}
+            ranks = self._call(_rank.setup, (gpu_env, executable_cls, list(executable_args or []),
                                              dict(executable_kwargs or {})))
+            by_rank = [self._job.slot_of(r) for r in range(self.num_workers)]
+            if sorted(by_rank) != list(range(self.num_workers)):
+                raise RuntimeError("tfring.ray: the ranks' workers are not one each: %s" % by_rank)
         except BaseException:
             self.shutdown()
             raise
-        by_rank = [r["worker"] for r in ranks]
         self.workers = [self.workers[i] for i in by_rank]
         self._serving = [self._serving[i] for i in by_rank]
         self._slot_infos = [infos[i] for i in by_rank]
@@ -229,8 +231,10 @@ class RayExecutor:
             raise RuntimeError("tfring.ray: the executor is not started (call start() first)")
         try:
             return self._job.call(fn, args, kwargs, alive=self._alive)
+        except RankError:
+            raise  # the job goes on (or SlotJob marked it broken: the next call says so at once)
         except RuntimeError as e:
-            if self._failed is None and "raised:" not in str(e).split("\n", 1)[0]:
+            if self._failed is None:
                 try:  # the job's own error (mpirun exited) may hide the cause: a dead actor (Ray tells within ~1 s)
                     deadline = time.monotonic() + 2
                     while time.monotonic() < deadline:
@@ -253,7 +257,9 @@ class RayExecutor:
             list: each rank's return value, in rank order.
 
         Raises:
-            RuntimeError: a rank raised (the message names it and has its traceback), or a worker died.
+            RankError: a rank raised (a RuntimeError with `.rank`; the message has its traceback). When another rank
+                did not return soon after, the job is broken: later calls fail at once (shutdown() and start again).
+            RuntimeError: a worker died, or the job is broken.
         """
         return self._call(fn, tuple(args or ()), dict(kwargs or {}))
 
@@ -267,7 +273,7 @@ class RayExecutor:
             list: each rank's return value, in rank order.
 
         Raises:
-            RuntimeError: as for `run`.
+            RankError, RuntimeError: as for `run`.
         """
         return self._call(_rank.apply, (fn,))
 
@@ -281,7 +287,7 @@ class RayExecutor:
             object: what fn returned on rank 0.
 
         Raises:
-            RuntimeError: as for `run`.
+            RankError, RuntimeError: as for `run`.
         """
         return self._call(_rank.apply_single, (fn,))[0]
 
@@ -319,25 +325,17 @@ class RayExecutor:
         self._infos, self._slot_infos = [], []
 
     def _wait_gone(self, timeout):
-        # The rank processes end with the actors (SIGTERM from mpirun, or their watchdog); make shutdown() return
+        # The rank processes end with the actors (SIGTERM from mpirun, or their slot watchdog); make shutdown() return
         # only once they have, so a new start() does not compete with them. Only this host's pids mean anything here.
         from tfring.runner.slot_task import host_identity
         here = host_identity()
         pids = [p for i in self._infos if i.get("host") == here for p in (i.get("rank_pid"), i.get("pid")) if p]
         deadline = time.monotonic() + min(timeout, 20.0)
         while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if _rank._alive(p, None) and not _zombie(p)]
+            pids = [p for p in pids if alive(p)]  # a zombie counts as gone
             time.sleep(0.2)
         if pids:
             self._say("processes still running after shutdown: %s" % pids)
-
-
-def _zombie(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
 
 
 __all__ = ["RayExecutor", "Settings"]

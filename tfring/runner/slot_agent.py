@@ -36,6 +36,16 @@ def split_argv(argv):
     return argv[i], " ".join(argv[i + 1:])
 
 
+def _die_with_parent():
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: handled by stop() below
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv):
     from tfring.elastic.protocol import DriverClient, ProtocolError
     from tfring.runner import slots
@@ -58,6 +68,7 @@ def main(argv):
         stopped.append(signum)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, stop)
+    _die_with_parent()  # mpirun gone (e.g. after losing this host): no point polling a dead host for 30 s
 
     def pump_stdin():
         try:

@@ -1,22 +1,88 @@
 """A rank of a slot job (tfring.runner.slots): fetches calls from the driver service, runs them and posts each
 result (or traceback) back, until the driver says stop. Persistent ranks serve any number of calls (Ray); Spark's
 run() makes one. The function arrives pickled in a signed message: it is unpickled only after the signature check
-(tfring.elastic.protocol verifies every reply)."""
+(tfring.elastic.protocol verifies every reply).
+
+Every rank also watches its own slot (the process it belongs to) and dies with it: a rank is a descendant of its
+host's first slot (slot 0 runs mpirun, the first slot of another host the PRRTE daemon), not of the other slots of
+its host, which would otherwise leave it running when they die."""
+import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 
 SILENCE = 60.0  # seconds the driver may be unreachable before the rank exits
+WATCH_PERIOD = 0.5  # seconds between two looks at the slot's process
 
 
-def serve(client, rank, log=sys.stderr):
+def _ancestors(pid):
+    from tfring.runner.slots import start_time
+    seen = set()
+    while pid > 1 and len(seen) < 64:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+        seen.add((pid, start_time(pid)))
+        pid = ppid
+    return seen
+
+
+def find_slot(slot_map, local_rank, pid=None):
+    """The slot this rank belongs to: its host is the one whose first slot is an ancestor of the rank, and on a
+    host the ranks take the slots in local rank order (mpirun places them so).
+
+    Args:
+        slot_map: [[[slot index, pid, start time], ...] per host] ($TFRING_SLOT_MAP).
+        local_rank: this rank's local rank.
+        pid: the rank's pid (default this process's).
+
+    Returns:
+        list: [slot index, pid, start time] of the slot, or None when no host's first slot is an ancestor.
+    """
+    ancestors = _ancestors(pid or os.getpid())
+    for members in slot_map:
+        if members and (members[0][1], members[0][2]) in ancestors and local_rank < len(members):
+            return members[local_rank]
+    return None
+
+
+def watch(rank, slot, client=None, log=sys.stderr):
+    """Kills this process (SIGKILL) when its slot's process dies; mpirun then ends the job. Runs in a thread.
+
+    Args:
+        rank: this process's world rank.
+        slot: [slot index, pid, start time], from `find_slot`.
+        client: a DriverClient to tell the driver which slot died (its error then names it), or None.
+        log: where the reason is written.
+    """
+    from tfring.elastic.protocol import ProtocolError
+    from tfring.runner.slots import alive
+    index, pid, started = slot
+    while alive(pid, started):
+        time.sleep(WATCH_PERIOD)
+    log.write("tfring rank %d: exits: its slot %d (pid %d) died\n" % (rank, index, pid))
+    log.flush()
+    if client is not None:
+        try:
+            client.call("/gone", {"rank": rank, "slot": index})
+        except ProtocolError:
+            pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def serve(client, rank, log=sys.stderr, slot=None):
     """Runs the driver's calls until it says stop.
 
     Args:
         client: a DriverClient of the driver service.
         rank: this process's world rank.
         log: where a lost driver is reported.
+        slot: the index of this rank's slot, told to the driver with the first request (or None).
 
     Returns:
         int: the exit code (0 when told to stop, 1 when the driver was lost).
@@ -26,7 +92,7 @@ def serve(client, rank, log=sys.stderr):
     seq, heard = 0, time.monotonic()
     while True:
         try:
-            reply = client.call("/call", {"rank": rank, "after": seq})
+            reply = client.call("/call", {"rank": rank, "after": seq, "slot": slot})
             heard = time.monotonic()
         except ProtocolError as e:
             if time.monotonic() - heard > SILENCE:
@@ -75,9 +141,17 @@ def main():
     from tfring.runner import slots
     die_with_parent()
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    client = DriverClient(os.environ[slots.DRIVER_ENV], os.environ[slots.SECRET_ENV], timeout=30.0,
-                          name=slots.SERVICE, max_body=slots.MAX_BODY)
-    return serve(client, rank)
+    slot = find_slot(json.loads(os.environ.get(slots.MAP_ENV) or "[]"),
+                     int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+    driver, secret = os.environ[slots.DRIVER_ENV], os.environ[slots.SECRET_ENV]
+    if slot is None:
+        sys.stderr.write("tfring rank %d: cannot tell which slot it belongs to: it will not end with it\n" % rank)
+    else:
+        os.environ[slots.SLOT_ENV] = str(slot[0])
+        quick = DriverClient(driver, secret, timeout=2.0, name=slots.SERVICE)
+        threading.Thread(target=watch, args=(rank, slot, quick), name="tfring-slot-watchdog", daemon=True).start()
+    client = DriverClient(driver, secret, timeout=30.0, name=slots.SERVICE, max_body=slots.MAX_BODY)
+    return serve(client, rank, slot=None if slot is None else slot[0])
 
 
 if __name__ == "__main__":

@@ -7,12 +7,15 @@ host runs the PRRTE daemon that tfring.runner.slot_agent asks for. Every process
 calling thread, in its own session, and is killed when the slot returns (or, on Linux, when its process dies)."""
 import base64
 import ctypes
+import fcntl
+import ipaddress
 import json
 import os
 import queue
 import shlex
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -41,6 +44,29 @@ def route_address(host):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect((socket.gethostbyname(host), 9))
         return s.getsockname()[0]
+
+
+def interface_network(address):
+    """The network of the interface that holds an address, for Open MPI's *_if_include (which must match on every
+    host: one subnet for all hosts, not each host's own address).
+
+    Args:
+        address: a local IPv4 address.
+
+    Returns:
+        str: e.g. "10.0.0.0/24"; address + "/32" when no interface has it as its primary address.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                if socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, request)[20:24]) != address:  # SIOCGIFADDR
+                    continue
+                mask = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x891B, request)[20:24])  # SIOCGIFNETMASK
+            except OSError:
+                continue
+            return str(ipaddress.ip_interface("%s/%s" % (address, mask)).network)
+    return address + "/32"
 
 
 def host_identity(index=0):
@@ -301,7 +327,8 @@ class Launcher:
         self.client, self.rc = client, None
         env = dict(os.environ if spec.get("env") is None else spec["env"])
         env.update({slots.DRIVER_ENV: client.address, slots.SECRET_ENV: secret,
-                    slots.HOSTS_ENV: json.dumps({h: a for h, _, a in spec["hosts"][1:]})})
+                    slots.HOSTS_ENV: json.dumps({h: a for h, _, a in spec["hosts"][1:]}),
+                    slots.MAP_ENV: json.dumps(spec.get("slots") or [])})
         python = spec.get("executable") or sys.executable
         hosts = ",".join("%s:%d" % (h, n) for h, n, _ in spec["hosts"])
         argv = ["-np", str(spec["np"]), "-H", hosts, "--start-timeout", str(spec["start_timeout"])] + \
@@ -315,13 +342,17 @@ class Launcher:
             # detach the daemon from the slot).
             extra += ["--prtemca", "plm_ssh_agent", "%s %s" % (python, os.path.join(HERE, "slot_agent.py")),
                       "--prtemca", "plm_ssh_no_tree_spawn", "1", "--leave-session-attached"]
-        if not args.nics:  # rank traffic on the interface the slots reach the driver on (shared memory within a host)
-            route = route_address(client.host)
-            extra += ["--mca", "btl_tcp_if_include", route + "/32"]
+        if not args.nics:
+            # Rank traffic on the networks of the interfaces the slots reach the driver on (shared memory within a
+            # host). The daemons get the same values: each host must find its own interface in them (a list of
+            # each host's address/32 breaks PRRTE's out-of-band setup), hence the networks.
+            networks = spec.get("networks") or [route_address(client.host) + "/32"]
+            include = ",".join(sorted(set(networks)))
+            extra += ["--mca", "btl_tcp_if_include", include]
             # PRRTE 3.0 never gives a remote daemon a loopback out-of-band address: several "hosts" on one machine
             # (TFRING_SLOT_HOST_ID tests) leave PRRTE its default choice.
-            if len(spec["hosts"]) > 1 and not route.startswith("127."):
-                extra += ["--mca", "oob_tcp_if_include", route + "/32"]
+            if len(spec["hosts"]) > 1 and not any(n.startswith("127.") for n in networks):
+                extra += ["--mca", "oob_tcp_if_include", include]
         self.cmd = cmd[:1] + extra + cmd[1:]
         self.relay = Relay()
         self.relay.expected, self.np, self.start_timeout = args.num_ranks, args.num_ranks, args.start_deadline
@@ -391,7 +422,9 @@ def serve_slot(driver, secret, index, host_id=None, bind_host=None, stop=None, l
         while reply is None:
             try:
                 reply = client.call("/register", {"index": index, "host": host_id or host_identity(index),
-                                                  "address": service.address})
+                                                  "address": service.address, "pid": os.getpid(),
+                                                  "network": interface_network(service.address.rsplit(":", 1)[0]),
+                                                  "started": slots.start_time(os.getpid())})
             except ProtocolError as e:
                 if time.monotonic() - heard > DRIVER_SILENCE:
                     raise RuntimeError("tfring slot %d: cannot register: %s" % (index, e)) from None
@@ -414,11 +447,17 @@ def serve_slot(driver, secret, index, host_id=None, bind_host=None, stop=None, l
             if reply.get("launch") and launcher is None:
                 launcher = Launcher(client, reply["launch"], secret)
         # Let mpirun and the daemons end on their own first (the ranks were told to stop as well): killing a
-        # daemon first would make mpirun report a lost host.
-        deadline = time.monotonic() + 10
+        # daemon first would make mpirun report a lost host. The polls go on: they tell the driver this slot lives.
+        deadline, quick = time.monotonic() + 10, DriverClient(driver, secret, timeout=2.0, name=slots.SERVICE)
         while ((launcher is not None and launcher.proc.poll() is None) or service.running()) and \
                 time.monotonic() < deadline:
             service.spawn_pending(0.2)
+            if time.monotonic() >= last + POLL:
+                last = time.monotonic()
+                try:
+                    quick.call("/status", {"index": index})
+                except ProtocolError:
+                    pass
         return launcher.rc if launcher is not None else None
     finally:
         if launcher is not None:

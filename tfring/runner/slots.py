@@ -6,6 +6,7 @@ already started on the cluster ("slots"), so that the ranks are children of thos
         tfring.runner.slot_task.serve_slot(job.address, job.secret, index) ...
     job.wait_ready(timeout)                            # every slot registered (host identity, task service)
     results = job.call(fn, args, kwargs)               # each rank's return value, in rank order (any number of calls)
+    job.slot_of(rank)                                  # which slot each rank belongs to (after a call)
     job.stop(); job.close()
 
 Slot 0 is the launcher: it runs mpirun (built by tfring.runner.launch.plan, so it gets the usual flags) with its
@@ -14,8 +15,15 @@ through tfring.runner.slot_agent: the agent asks that host's first slot to run t
 ranks run tfring.runner.slot_rank, which fetches calls from this service and posts results back. Why mpirun runs in
 slot 0 and not in the driver: PRRTE 3.0 never uses loopback for a remote daemon's out-of-band channel, so a job on
 one machine (Spark local mode) would have to send its daemons' traffic over a real interface; with mpirun in a
-slot, the ranks of the launcher's host are local to mpirun and one host needs no daemon at all."""
+slot, the ranks of the launcher's host are local to mpirun and one host needs no daemon at all.
+
+Each rank dies with its own slot (slot_rank's watchdog: on a host, ranks take the host's slots in local rank order)
+and tells the driver which slot it belongs to. A call in which a rank raised fails with RankError; if some other
+rank did not return within SETTLE seconds (blocked in a collective?), the job is broken and later calls fail at
+once."""
 import base64
+import ipaddress
+import os
 import sys
 import threading
 import time
@@ -27,11 +35,15 @@ from tfring.elastic.protocol import BadRequest, DriverServer, new_secret
 DRIVER_ENV = "TFRING_SLOT_DRIVER"  # "host:port" of the driver service, for the ranks
 SECRET_ENV = "TFRING_SLOT_SECRET"  # the job's secret: in environments only, forwarded by name
 HOSTS_ENV = "TFRING_SLOT_HOSTS"  # JSON {made-up host name: task service "host:port"}, for the agent
+MAP_ENV = "TFRING_SLOT_MAP"  # JSON [[[slot index, pid, start time], ...] per host], for the ranks' watchdogs
+SLOT_ENV = "TFRING_SLOT_INDEX"  # set in each rank: the slot it belongs to
 MAX_BODY = 256 << 20  # pickled functions and results travel in these messages
 SERVICE = "tfring slot driver"
 TASK_SERVICE = "tfring task service"
 CALL_WAIT = 5.0  # seconds a rank's /call waits for work before it is told to ask again
 SLOT_SILENCE = 30.0  # seconds without a slot's status poll before the slot counts as dead (polls every second)
+STOP_SILENCE = 3.0  # seconds without slot 0's poll after which stop() no longer waits for mpirun's exit
+SETTLE = 10.0  # seconds the other ranks have to return after one raised, before the job counts as broken
 LOCAL_HOST = "localhost"  # the launcher's host: PRRTE starts its ranks itself
 HOST_NAME = "tfring-slot-host-%d"  # every other host: unresolvable, so PRRTE launches it through the agent
 
@@ -60,11 +72,78 @@ def decode(text):
     return cloudpickle.loads(base64.b64decode(text))
 
 
+def _stat(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid):
+    """A process's start time (field 22 of /proc/PID/stat): tells a process from a later one that reused its pid.
+
+    Args:
+        pid: the process id.
+
+    Returns:
+        str: the start time in clock ticks since boot, or None when the process does not exist (or no /proc).
+    """
+    fields = _stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def alive(pid, started=None):
+    """Whether a process still runs (and is the one that started at `started`, when given). A zombie is dead: a
+    killed slot stays one until its parent (e.g. a scheduler's worker) reaps it.
+
+    Args:
+        pid: the process id.
+        started: what `start_time` returned for it, or None.
+
+    Returns:
+        bool
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    fields = _stat(pid)
+    if fields is None:  # gone since kill(0), or no /proc at all (then kill(0) is all there is to tell)
+        return not os.path.isdir("/proc/self")
+    return fields[0] not in ("Z", "X") and (started is None or fields[19] == started)
+
+
+class RankError(RuntimeError):
+    """A rank raised in a `SlotJob.call`.
+
+    Args:
+        rank: the rank that raised (the lowest, when several did).
+        trace: its formatted traceback.
+    """
+
+    def __init__(self, rank, trace):
+        super().__init__("tfring: rank %d raised:\n%s" % (rank, trace))
+        self.rank, self.traceback = rank, trace
+
+
 def _int(payload, key, low=0, high=None):
     value = payload.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value >= high):
         raise BadRequest("%s: expected an integer in [%d, %s), got %r" % (key, low, high, value))
     return value
+
+
+def _network(payload):
+    value = payload.get("network")
+    if value is None:
+        return None
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except (TypeError, ValueError):
+        raise BadRequest("network: expected an address/prefix, got %r" % (value,)) from None
 
 
 def _str(payload, key):
@@ -108,13 +187,19 @@ class SlotJob:
         self._launched = self._stopping = False
         self._exit = None  # (rc, summary) of mpirun, from the launcher
         self._failed = None  # why the job cannot go on (a slot died or restarted)
+        self._broken = None  # why no more calls can run (ranks may be stuck in a collective after one raised)
+        self._settling = None  # (seq, deadline, ranks that answered) of a call in which a rank raised
+        self._rank_slot = {}  # rank -> slot index, as each rank reports it
+        self._gone = {}  # slot index -> the rank whose watchdog saw that slot's process die
+        self._names = {}  # made-up PRRTE host name -> "slot N (host H)", for mpirun's messages
         self._calls = {}  # seq -> encoded (fn, args, kwargs)
         self._results = {}  # seq -> {rank: (ok, value)}
         self._seq = 0
         self._start_timeout = 600
         self._server = DriverServer(bind_host, self.secret, {
             "/register": self._register, "/status": self._status, "/output": self._output, "/exit": self._exit_of,
-            "/call": self._call, "/result": self._result}, log=log, name=SERVICE, max_body=MAX_BODY)
+            "/call": self._call, "/result": self._result, "/gone": self._gone_of},
+            log=log, name=SERVICE, max_body=MAX_BODY)
 
     @property
     def address(self):
@@ -147,7 +232,11 @@ class SlotJob:
 
     def _register(self, p):
         index = _int(p, "index", 0, self.num_slots)
-        slot = {"host": _str(p, "host"), "address": _str(p, "address"), "seen": time.monotonic()}
+        pid, started = p.get("pid"), p.get("started")
+        slot = {"host": _str(p, "host"), "address": _str(p, "address"), "seen": time.monotonic(),
+                "pid": pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else 0,
+                "started": started if isinstance(started, str) else None,
+                "network": _network(p)}
         with self._cond:
             old = self._slots.get(index)
             if old is not None and old["address"] != slot["address"]:
@@ -161,15 +250,21 @@ class SlotJob:
             return {"stop": self._stopping}
 
     def _launch_spec(self):
-        hosts, names = [], {}
+        hosts, names, members = [], {}, []
         for index in sorted(self._slots):  # slot 0's host first: ranks 0.. run there
             slot = self._slots[index]
             if slot["host"] not in names:
                 names[slot["host"]] = len(hosts)
                 hosts.append([LOCAL_HOST if not hosts else HOST_NAME % len(hosts), 0, slot["address"]])
+                members.append([])
+                self._names[hosts[-1][0]] = "slot %d (host %s)" % (index, slot["host"])
             hosts[names[slot["host"]]][1] += 1
-        return {"np": self.num_slots, "hosts": hosts, "env": dict(self._env) if self._env is not None else None,
-                "args": self._launch_args, "executable": self._executable, "start_timeout": self._start_timeout}
+            members[names[slot["host"]]].append([index, slot["pid"], slot["started"]])
+        networks = [self._slots[m[0][0]]["network"] for m in members]  # each host's first slot: it runs mpirun/prted
+        return {"np": self.num_slots, "hosts": hosts, "slots": members,
+                "networks": networks if all(networks) else None,
+                "env": dict(self._env) if self._env is not None else None, "args": self._launch_args,
+                "executable": self._executable, "start_timeout": self._start_timeout}
 
     def _status(self, p):
         index = _int(p, "index", 0, self.num_slots)
@@ -203,6 +298,9 @@ class SlotJob:
 
     def _call(self, p):
         after = _int(p, "after", 0)
+        if after == 0 and isinstance(p.get("slot"), int):  # a rank's first ask: which slot it belongs to
+            with self._cond:
+                self._rank_slot[_int(p, "rank", 0, self.num_slots)] = _int(p, "slot", 0, self.num_slots)
         deadline = time.monotonic() + CALL_WAIT
         with self._cond:
             while not self._stopping and self._seq <= after:
@@ -214,6 +312,13 @@ class SlotJob:
                 return {"stop": True}
             seq = after + 1
             return {"seq": seq, "fn": self._calls[seq]}
+
+    def _gone_of(self, p):
+        rank, slot = _int(p, "rank", 0, self.num_slots), _int(p, "slot", 0, self.num_slots)
+        with self._cond:
+            self._gone.setdefault(slot, rank)
+            self._cond.notify_all()
+        return {}
 
     def _result(self, p):
         rank = _int(p, "rank", 0, self.num_slots)
@@ -266,8 +371,44 @@ class SlotJob:
                 self._check(alive)
             self._start_timeout = max(int(deadline - time.monotonic()), 10)
 
+    def slot_of(self, rank):
+        """The slot a rank belongs to (on a host, the ranks take that host's slots in local rank order).
+
+        Args:
+            rank: the world rank.
+
+        Returns:
+            int: the slot's index, known once the rank asked for its first call (so after any `call` returned); None
+            before, or when the rank could not find its slot.
+        """
+        with self._cond:
+            return self._rank_slot.get(rank)
+
+    def _where(self, rank):
+        slot = self._rank_slot.get(rank)
+        if slot is None or slot not in self._slots:
+            return "rank %d" % rank
+        return "rank %d (slot %d, host %s)" % (rank, slot, self._slots[slot]["host"])
+
+    def _exit_error(self, got):
+        missing = sorted(set(range(self.num_slots)) - set(got))
+        summary = self._exit[1]
+        for name, slot in self._names.items():  # PRRTE names the made-up hosts
+            summary = summary.replace(name, "%s [%s]" % (name, slot))
+        now = time.monotonic()
+        silent = ["slot %d (host %s) died (%s)" % (i, slot["host"], "rank %d saw it" % self._gone[i] if i in self._gone
+                                                   else "silent for %.0f s" % (now - slot["seen"]))
+                  for i, slot in sorted(self._slots.items()) if i in self._gone or now - slot["seen"] > STOP_SILENCE]
+        return RuntimeError("tfring: mpirun exited with code %d before %s returned%s%s" % (
+            self._exit[0], ", ".join(self._where(r) for r in missing), ": " + summary if summary else "",
+            "".join("; " + s for s in silent)))
+
     def call(self, fn, args=(), kwargs=None, alive=None):
         """Runs fn(*args, **kwargs) on every rank.
+
+        A call in which a rank raised fails at once. The other ranks then have SETTLE seconds to return: if some do
+        not (they may be blocked in a collective the raising rank never joined), the job is broken and every later
+        call fails (at once after that deadline; a call made before it first waits for it).
 
         Args:
             fn: the function (cloudpickled: closures and lambdas travel by value).
@@ -279,11 +420,15 @@ class SlotJob:
             list: each rank's return value, in rank order.
 
         Raises:
-            RuntimeError: a rank raised (the message names the rank and has its traceback), mpirun ended before every
-                rank answered, or a slot died.
+            RankError: a rank raised (the lowest such rank, with its traceback).
+            RuntimeError: the job is broken, mpirun ended before every rank answered, or a slot died.
         """
         payload = encode((fn, tuple(args), dict(kwargs or {})))
         with self._cond:
+            self._check(None)  # a slot already lost: fail at once
+            self._settle()
+            if self._broken:
+                raise RuntimeError("tfring: the job cannot run more calls: %s" % self._broken)
             self._seq += 1
             seq = self._seq
             self._calls[seq] = payload
@@ -291,24 +436,47 @@ class SlotJob:
             while True:
                 got = self._results.get(seq, {})
                 failed = sorted(r for r, (ok, _) in got.items() if not ok)
-                if failed:
-                    rank = failed[0]
-                    raise RuntimeError("tfring: rank %d raised:\n%s" % (rank, got[rank][1]))
                 if len(got) == self.num_slots:
                     break
+                if failed:
+                    self._settling = (seq, time.monotonic() + SETTLE, failed[0])
+                    break
                 if self._exit is not None:
-                    missing = sorted(set(range(self.num_slots)) - set(got))
-                    raise RuntimeError("tfring: mpirun exited with code %d before rank%s %s returned%s" % (
-                        self._exit[0], "s" if len(missing) > 1 else "", ",".join(map(str, missing)),
-                        ": " + self._exit[1] if self._exit[1] else ""))
+                    self._broken = "mpirun exited"
+                    raise self._exit_error(got)
                 self._cond.wait(1.0)
                 self._check(alive)
-            del self._calls[seq]
-            values = self._results.pop(seq)
+            values = self._results[seq] if failed else self._results.pop(seq)
+            if not failed:
+                del self._calls[seq]
+        if failed:
+            raise RankError(failed[0], values[failed[0]][1])
         return [decode(values[rank][1]) for rank in range(self.num_slots)]
+
+    def _settle(self):
+        # After a call in which a rank raised: every other rank must return by the deadline, or the job is broken.
+        if self._settling is None:
+            return
+        seq, deadline, rank = self._settling
+        while len(self._results.get(seq, {})) < self.num_slots and self._exit is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(self.num_slots)) - set(self._results.get(seq, {})))
+                self._broken = "in call %d rank %d raised and %s did not return within %g s (blocked in a " \
+                    "collective?); stop this job and start a new one" % (
+                        seq, rank, ", ".join(self._where(r) for r in missing), SETTLE)
+                break
+            self._cond.wait(min(left, 1.0))
+        if self._exit is not None and not self._broken:
+            self._broken = "mpirun exited"
+        self._settling = None
+        self._results.pop(seq, None)
+        self._calls.pop(seq, None)
 
     def stop(self, timeout=15.0):
         """Tells the ranks and slots to stop and waits (at most `timeout` s) until mpirun has exited.
+
+        Does not wait when slot 0 (which runs mpirun) stopped polling: its process is gone, no exit report can come.
 
         Args:
             timeout: seconds to wait.
@@ -321,6 +489,8 @@ class SlotJob:
             self._stopping = True
             self._cond.notify_all()
             while self._launched and self._exit is None and time.monotonic() < deadline and not self._failed:
+                if time.monotonic() - self._slots[0]["seen"] > STOP_SILENCE:
+                    break
                 self._cond.wait(0.5)
             return not self._launched or self._exit is not None
 
