@@ -1,4 +1,5 @@
 """Shared helpers: run a rank-side pytest file under real MPI ranks and report every rank's output."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -64,3 +65,26 @@ def run_rank_pytest(np_, test_file, timeout=600, extra_env=None):
 def pytest_report_header(config):
     import tfring
     return "tfring under test: %s" % os.path.dirname(tfring.__file__)
+
+
+@contextlib.contextmanager
+def local_spark(cores, app):
+    """A pyspark session in local mode on 127.0.0.1 only, whose Python workers (and so the ranks they start) use
+    this venv; the environment is restored afterwards."""
+    from pyspark.sql import SparkSession
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    session = (SparkSession.builder.master("local[%d]" % cores).appName(app)
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(cores)).getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

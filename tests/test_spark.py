@@ -17,6 +17,7 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
+from conftest import local_spark  # noqa: E402
 from tfring.elastic import protocol  # noqa: E402
 from tfring.runner import slots  # noqa: E402
 from tfring.runner.launch import descendants  # noqa: E402
@@ -32,22 +33,8 @@ RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    # The executors' Python workers inherit this environment: the venv's Python (its mpirun), loopback only.
-    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    session = (SparkSession.builder.master("local[3]").appName("tfring-test-spark")
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "3").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with local_spark(3, "tfring-test-spark") as session:
+        yield session
 
 
 def _cmdline(pid):

@@ -3,7 +3,6 @@ staging in the store, training on 2 ranks through tfring.spark.run, the KerasMod
 Spark binds and talks to 127.0.0.1 only (SPARK_LOCAL_IP, spark.driver.host/bindAddress)."""
 import glob
 import os
-import sys
 import time
 
 import numpy as np
@@ -16,6 +15,7 @@ import keras  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from conftest import local_spark  # noqa: E402
 from tfring.spark.keras import KerasEstimator, LocalStore  # noqa: E402
 from tfring.spark.keras.data import read_shard, row_group_units  # noqa: E402
 from tfring.spark.keras.remote import weights_digest  # noqa: E402
@@ -31,22 +31,8 @@ MIN_ACCURACY = 0.88
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    # The Python workers (prediction, and the tasks that run the ranks) use this venv; loopback only.
-    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    session = (SparkSession.builder.master("local[2]").appName("tfring-test-spark-estimator")
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with local_spark(2, "tfring-test-spark-estimator") as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
