@@ -28,6 +28,7 @@ def cluster():
     saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED")}
     os.environ.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")  # Ray's processes too
     cluster_flag, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False  # read at import
+    _BEFORE.update((c.laddr, c.status) for c in psutil.Process().net_connections(kind="inet"))
     ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
              configure_logging=False)
     try:
@@ -72,9 +73,16 @@ def _gone(pid):
 
 def _sockets(proc):
     try:
-        return proc.net_connections(kind="inet")
+        found = proc.net_connections(kind="inet")
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
+    if proc.pid == os.getpid():  # what this test process had before the cluster (e.g. an earlier test's MPI)
+        found = [c for c in found if (c.laddr, c.status) not in _BEFORE]
+    return found
+
+
+# This process's sockets before Ray and tfring's services started (set by the cluster fixture).
+_BEFORE = set()
 
 
 def _identity():
