@@ -59,8 +59,8 @@ def raw_post(address, path, body, headers, method="POST"):
         conn.close()
 
 
-def signed_headers(body, secret=SECRET):
-    return {"Content-Length": str(len(body)), protocol.SIGNATURE_HEADER: sign(secret, body)}
+def signed_headers(body, secret=SECRET, path="/echo"):
+    return dict(protocol.request_headers(secret, path, body), **{"Content-Length": str(len(body))})
 
 
 def test_secret_and_signature_are_hmac_sha256():
@@ -91,6 +91,11 @@ def test_signed_round_trip(server):
     ("no length", 400, "missing or invalid Content-Length"),
     ("unknown path", 400, "unknown path '/nope'"),
     ("get", 405, "method 'GET' not allowed"),
+    ("no nonce", 403, "missing nonce"),
+    ("signed for another path", 403, "bad signature"),
+    ("replayed", 403, "replayed request"),
+    ("stale", 403, "stale request"),
+    ("malformed nonce", 403, "malformed nonce"),
 ])
 def test_bad_requests_are_refused_with_one_log_line(server, case, status, why):
     body = b'{"rank": 0, "token": "payload-marker"}'
@@ -112,12 +117,25 @@ def test_bad_requests_are_refused_with_one_log_line(server, case, status, why):
     elif case == "no length":
         del headers["Content-Length"]
     elif case == "unknown path":
-        path = "/nope"
+        path, headers = "/nope", signed_headers(body, path="/nope")
     elif case == "get":
         method = "GET"
+    elif case == "no nonce":
+        del headers[protocol.NONCE_HEADER]
+    elif case == "signed for another path":
+        headers = signed_headers(body, path="/other")
+    elif case == "replayed":  # the first one is accepted
+        assert raw_post(server.address, path, body, headers)[0] == 200
+    elif case == "stale":
+        old = "%d.%s" % (time.time_ns() - int(2 * protocol.FRESHNESS * 1e9), "ab" * 12)
+        headers = dict(protocol.request_headers(SECRET, path, body, nonce=old), **{"Content-Length": str(len(body))})
+    elif case == "malformed nonce":
+        headers = dict(protocol.request_headers(SECRET, path, body, nonce="x"), **{"Content-Length": str(len(body))})
     got, reply, signature = raw_post(server.address, path, body, headers, method)
     assert got == status, (got, reply)
-    assert json.loads(reply) == {"error": json.loads(reply)["error"]} and protocol.verify(SECRET, reply, signature)
+    # Refusals are signed replies too, bound to the request's path and nonce.
+    assert json.loads(reply) == {"error": json.loads(reply)["error"]}
+    assert protocol.verify_reply(SECRET, path, headers.get(protocol.NONCE_HEADER, ""), got, reply, signature)
     log = server.log.getvalue()
     assert log.count("\n") == 1, log
     assert log.startswith("tfringrun: elastic driver refused a request from 127.0.0.1: ") and why in log, log
@@ -155,9 +173,17 @@ def test_client_refuses_a_forged_or_missing_response_signature():
             body = b'{"generation": 99}'
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
+            nonce = self.headers[protocol.NONCE_HEADER]
             if self.path == "/forged":
-                self.send_header(protocol.SIGNATURE_HEADER, sign(new_secret(), body))
+                self.send_header(protocol.SIGNATURE_HEADER, protocol.reply_signature(new_secret(), "/forged", nonce,
+                                                                                     200, body))
             elif self.path == "/good":
+                self.send_header(protocol.SIGNATURE_HEADER, protocol.reply_signature(secret, "/good", nonce, 200,
+                                                                                     body))
+            elif self.path == "/replayed":  # a reply captured from another exchange (other nonce)
+                self.send_header(protocol.SIGNATURE_HEADER, protocol.reply_signature(
+                    secret, "/replayed", protocol.new_nonce(), 200, body))
+            elif self.path == "/body-only":  # the old scheme: the body alone signed
                 self.send_header(protocol.SIGNATURE_HEADER, sign(secret, body))
             self.end_headers()
             self.wfile.write(body)
@@ -174,6 +200,9 @@ def test_client_refuses_a_forged_or_missing_response_signature():
             client.call("/forged", {})
         with pytest.raises(ProtocolError, match="unsigned"):
             client.call("/unsigned", {})
+        for path in ("/replayed", "/body-only"):
+            with pytest.raises(ProtocolError, match="bad signature"):
+                client.call(path, {})
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -178,6 +178,9 @@ def test_gloo_is_refused_and_bad_arguments_are_clear(spark):
     assert start_timeout_of(5, {"TFRING_SPARK_START_TIMEOUT": "20"}) == 5
     with pytest.raises(ValueError, match="TFRING_SPARK_START_TIMEOUT"):
         start_timeout_of(None, {"TFRING_SPARK_START_TIMEOUT": "soon"})
+    for forever in (float("inf"), float("nan"), "inf"):  # every wait has a deadline
+        with pytest.raises(ValueError, match="start_timeout=.*finite"):
+            start_timeout_of(forever, {})
 
 
 def _post(address, path, body, headers):
@@ -206,34 +209,46 @@ def test_unauthenticated_requests_are_refused_and_nothing_runs(tmp_path):
     thread.start()
     try:
         assert service.address.startswith("127.0.0.1:") and job.address.startswith("127.0.0.1:")
-        wrong = protocol.sign(protocol.new_secret(), spawn)
-        for headers in ({}, {protocol.SIGNATURE_HEADER: wrong}, {protocol.SIGNATURE_HEADER: "zz"}):
+        wrong = protocol.request_headers(protocol.new_secret(), "/spawn", spawn)
+        for headers in ({}, wrong, {protocol.SIGNATURE_HEADER: "zz", protocol.NONCE_HEADER: protocol.new_nonce()}):
             status, _ = _post(service.address, "/spawn", spawn, headers)
             assert status == 403
-        # A pickled payload for the ranks, unsigned: refused before anything is unpickled.
-        evil = json.dumps({"rank": 0, "seq": 1, "ok": True, "value": slots.encode(os.system)}).encode()
+        # A pickled payload for the driver that would run a command when unpickled, unsigned: refused unread.
+        unpickled = tmp_path / "unpickled"
+
+        class Evil:
+            def __reduce__(self):
+                return os.system, ("touch %s" % unpickled,)
+        evil = json.dumps({"rank": 0, "seq": 1, "ok": True, "value": slots.encode(Evil())}).encode()
         assert _post(job.address, "/result", evil, {})[0] == 403
-        assert _post(job.address, "/register", b"not json", {protocol.SIGNATURE_HEADER: protocol.sign(
-            job.secret, b"not json")})[0] == 400
+        assert _post(job.address, "/register", b"not json", protocol.request_headers(
+            job.secret, "/register", b"not json"))[0] == 400
         bad_index = json.dumps({"index": 7, "host": "h", "address": "127.0.0.1:1"}).encode()
-        assert _post(job.address, "/register", bad_index, {protocol.SIGNATURE_HEADER: protocol.sign(
-            job.secret, bad_index)})[0] == 400
+        assert _post(job.address, "/register", bad_index, protocol.request_headers(
+            job.secret, "/register", bad_index))[0] == 400
         # A signed registration whose network would reach mpirun's arguments: refused unless an address/prefix.
         bad_network = json.dumps({"index": 0, "host": "h", "address": "127.0.0.1:1", "network": "-x EVIL"}).encode()
-        assert _post(job.address, "/register", bad_network, {protocol.SIGNATURE_HEADER: protocol.sign(
-            job.secret, bad_network)})[0] == 400
+        assert _post(job.address, "/register", bad_network, protocol.request_headers(
+            job.secret, "/register", bad_network))[0] == 400
         time.sleep(0.5)
-        assert not marker.exists()
+        assert not marker.exists() and not unpickled.exists()
         assert "missing signature" in log.getvalue() and "bad signature" in log.getvalue()
         assert secret not in log.getvalue() and job.secret not in log.getvalue()
         # The same request, signed: runs.
-        signed = {protocol.SIGNATURE_HEADER: protocol.sign(secret, spawn)}
+        signed = protocol.request_headers(secret, "/spawn", spawn)
+        # Signed for another path: refused (a signature binds its path).
+        assert _post(service.address, "/kill", spawn, signed)[0] == 403
         status, reply = _post(service.address, "/spawn", spawn, signed)
         assert status == 200 and "id" in json.loads(reply)
         deadline = time.monotonic() + 10
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert marker.exists()
+        # The same signed request again (a replay by someone who saw it): refused, nothing runs again.
+        marker.unlink()
+        assert _post(service.address, "/spawn", spawn, signed)[0] == 403
+        time.sleep(0.5)
+        assert not marker.exists() and "replayed request" in log.getvalue()
     finally:
         owner_stop.set()
         thread.join(5)

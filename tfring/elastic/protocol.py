@@ -2,9 +2,11 @@
 each response signed with HMAC-SHA256 under a per-job secret that the launcher hands to every rank in the
 environment (`TFRING_ELASTIC_SECRET`, forwarded by name only: it never appears on a command line or in a log).
 
-Nothing received is ever unpickled or evaluated: a request is refused (403 without a valid signature, 400 when
-it is too big, not a JSON object or for an unknown path) with one log line that names the peer and the reason.
-No nonce is used: the signature proves the sender knows the secret, not that the message is fresh."""
+Nothing received is ever unpickled or evaluated: a request is refused (403 without a valid signature or when
+stale or replayed, 400 when it is too big, not a JSON object or for an unknown path) with one log line that names
+the peer and the reason. A request's signature covers its path, a nonce (wall-clock time + random) and its body:
+it cannot be replayed, nor sent to another path; a reply's covers its status, the request's path and nonce and its
+body: it answers that request only. The nonce's time must be within FRESHNESS of the receiver's clock."""
 import hashlib
 import hmac
 import http.client
@@ -20,6 +22,8 @@ import time
 SECRET_ENV = "TFRING_ELASTIC_SECRET"
 DRIVER_ENV = "TFRING_ELASTIC_DRIVER"
 SIGNATURE_HEADER = "X-Tfring-Signature"
+NONCE_HEADER = "X-Tfring-Nonce"
+FRESHNESS = 300.0  # seconds a request's nonce stays acceptable either way (the job's hosts' clocks may differ)
 MAX_BODY = 1 << 20  # bytes, requests and responses
 REQUEST_TIMEOUT = 10.0  # seconds a client has to send its whole request
 
@@ -81,6 +85,92 @@ def verify(secret, body, signature):
     return isinstance(signature, str) and hmac.compare_digest(sign(secret, body), signature.strip().lower())
 
 
+def new_nonce():
+    """A request's nonce: the wall-clock time in ns and 96 random bits.
+
+    Returns:
+        str: "<time_ns>.<24 hex digits>".
+    """
+    return "%d.%s" % (time.time_ns(), secrets.token_hex(12))
+
+
+def _message(kind, path, nonce, body):
+    # What is signed: the direction (and a reply's status), the path and the nonce bind a body to one exchange.
+    return b"\n".join([kind.encode(), path.encode("utf-8", "surrogateescape"), nonce.encode(), body])
+
+
+def request_headers(secret, path, body, nonce=None):
+    """The headers that authenticate a request.
+
+    Args:
+        secret: the job's secret (hex string).
+        path: the request's path, e.g. "/hosts".
+        body: the bytes sent.
+        nonce: the nonce to use (default a fresh one).
+
+    Returns:
+        dict: {NONCE_HEADER: nonce, SIGNATURE_HEADER: signature}.
+    """
+    nonce = nonce or new_nonce()
+    return {NONCE_HEADER: nonce, SIGNATURE_HEADER: sign(secret, _message("request", path, nonce, body))}
+
+
+def reply_signature(secret, path, nonce, status, body):
+    """The signature of a reply to the request (path, nonce).
+
+    Args:
+        secret: the job's secret (hex string).
+        path: the request's path.
+        nonce: the request's nonce ("" when it had none).
+        status: the HTTP status sent.
+        body: the bytes sent.
+
+    Returns:
+        str: hex HMAC-SHA256.
+    """
+    return sign(secret, _message("reply %d" % status, path, nonce, body))
+
+
+def verify_reply(secret, path, nonce, status, body, signature):
+    """Whether a reply's signature is the one for this request (path, nonce) and this status and body.
+
+    Args:
+        secret: the job's secret (hex string).
+        path: the request's path.
+        nonce: the request's nonce.
+        status: the HTTP status received.
+        body: the bytes received.
+        signature: the reply's signature header (None when missing).
+
+    Returns:
+        bool: True only for the exact signature.
+    """
+    return isinstance(signature, str) and hmac.compare_digest(reply_signature(secret, path, nonce, status, body),
+                                                              signature.strip().lower())
+
+
+class _Nonces:
+    """The nonces seen within the freshness window: a request is accepted once, and only while fresh."""
+
+    def __init__(self):
+        self._seen, self._lock = {}, threading.Lock()
+
+    def accept(self, nonce):
+        stamp, _, rand = nonce.partition(".")
+        if not (stamp.isascii() and stamp.isdigit() and len(rand) == 24):
+            return "malformed nonce"
+        now = time.time()
+        if abs(now - int(stamp) / 1e9) > FRESHNESS:
+            return "stale request (nonce time %.0f s from this host's clock)" % (int(stamp) / 1e9 - now)
+        with self._lock:
+            if nonce in self._seen:
+                return "replayed request"
+            if len(self._seen) > 10000:  # forget what has expired: those are refused as stale anyway
+                self._seen = {n: t for n, t in self._seen.items() if t > now - 2 * FRESHNESS}
+            self._seen[nonce] = now
+        return None
+
+
 def _encode(obj):
     return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
 
@@ -107,11 +197,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _reply(self, status, obj):
         body = _encode(obj)
+        nonce = getattr(self, "headers", None) and self.headers.get(NONCE_HEADER)
+        nonce = nonce if isinstance(nonce, str) and len(nonce) <= 64 and nonce.isascii() else ""
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
-            self.send_header(SIGNATURE_HEADER, sign(self.server.secret, body))
+            self.send_header(SIGNATURE_HEADER, reply_signature(self.server.secret, self.path, nonce, status, body))
             self.end_headers()
             self.wfile.write(body)
         except OSError:
@@ -138,9 +230,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._refuse(400, "body not received within %g s" % self.timeout)
         if len(body) != int(length):
             return self._refuse(400, "body shorter than its Content-Length")
-        if not verify(self.server.secret, body, self.headers.get(SIGNATURE_HEADER)):
-            return self._refuse(403, "missing signature" if self.headers.get(SIGNATURE_HEADER) is None
-                                else "bad signature")
+        signature, nonce = self.headers.get(SIGNATURE_HEADER), self.headers.get(NONCE_HEADER)
+        if signature is None:
+            return self._refuse(403, "missing signature")
+        if nonce is None:
+            return self._refuse(403, "missing nonce")
+        if not verify(self.server.secret, _message("request", self.path, nonce, body), signature):
+            return self._refuse(403, "bad signature")
+        stale = self.server.nonces.accept(nonce)
+        if stale:
+            return self._refuse(403, stale)
         handler = self.server.handlers.get(self.path)
         if handler is None:
             return self._refuse(400, "unknown path %r" % self.path[:100])
@@ -195,7 +294,7 @@ class DriverServer:
         self._log_lock = threading.Lock()
         self._httpd = _Server((bind_host, 0), _Handler)
         self._httpd.secret, self._httpd.handlers, self._httpd.say = secret, dict(handlers), self.say
-        self._httpd.name, self._httpd.max_body = name, int(max_body)
+        self._httpd.name, self._httpd.max_body, self._httpd.nonces = name, int(max_body), _Nonces()
         self._thread = None
 
     @property
@@ -289,8 +388,9 @@ class DriverClient:
         try:
             conn.connect()
             conn.sock.settimeout(left())
-            conn.request("POST", path, body=body, headers={
-                "Content-Type": "application/json", SIGNATURE_HEADER: sign(self._secret, body)})
+            nonce = new_nonce()
+            conn.request("POST", path, body=body, headers=dict(request_headers(self._secret, path, body, nonce),
+                                                               **{"Content-Type": "application/json"}))
             conn.sock.settimeout(left())  # also bounds each read of the reply; the loop checks the deadline
             response = conn.getresponse()
             chunks, size = [], 0
@@ -310,7 +410,7 @@ class DriverClient:
             conn.close()
         if len(reply) > self.max_body:
             raise ProtocolError("%s: reply over %d bytes" % (where, self.max_body))
-        if not verify(self._secret, reply, signature):
+        if not verify_reply(self._secret, path, nonce, response.status, reply, signature):
             raise ProtocolError("%s: reply %s (HTTP %d)" % (
                 where, "unsigned" if signature is None else "with a bad signature", response.status))
         try:

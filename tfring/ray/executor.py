@@ -13,6 +13,13 @@ from tfring.ray.worker import MAX_CONCURRENCY, SlotWorker
 from tfring.runner.slots import RankError, alive
 
 
+def _nic_set(nics):
+    # "eth0" or "eth0,eth1" is one name list, not a set of characters.
+    if not nics:
+        return None
+    return set(nics.split(",")) if isinstance(nics, str) else set(nics)
+
+
 @dataclasses.dataclass
 class Settings:
     """What RayExecutor.create_settings returns (Horovod's settings for Ray, minus what tfring does not use).
@@ -73,7 +80,7 @@ class RayExecutor:
             warnings.warn("tfring.ray: ssh_str is ignored (tfring starts no ssh); the key was not written",
                           stacklevel=2)
         return Settings(timeout_s=timeout_s, placement_group_timeout_s=placement_group_timeout_s,
-                        nics=set(nics) if nics else None, ssh_identity_file=ssh_identity_file)
+                        nics=_nic_set(nics), ssh_identity_file=ssh_identity_file)
 
     def __init__(self, settings=None, num_workers=None, num_hosts=None, num_workers_per_host=1, cpus_per_worker=1,
                  use_gpu=False, gpus_per_worker=None, use_current_placement_group=True):
@@ -201,8 +208,8 @@ class RayExecutor:
             launch_args = ["--network-interfaces", ",".join(sorted(self.settings.nics))] if self.settings.nics else []
             # The driver service listens on this machine's address on the route to worker 0's node only.
             self._job = SlotJob(self.num_workers, route_address(infos[0]["ip"]), launch_args=launch_args).start()
-            self._serving = [w.serve.remote(self._job.address, self._job.secret, route_address(infos[i]["ip"]))
-                             for i, w in enumerate(self.workers)]
+            # Each slot's task service binds the address its own node routes to the driver by (worked out there).
+            self._serving = [w.serve.remote(self._job.address, self._job.secret, None) for w in self.workers]
             self._job.wait_ready(self.settings.timeout_s, alive=self._alive)
             gpu_env = {}
             if self.use_gpu:  # every rank of a host sees all that host's GPUs (as Horovod), so CUDA IPC works

@@ -50,8 +50,8 @@ def start_timeout_of(start_timeout, environ=None):
             seconds = float(value)
         except (TypeError, ValueError):
             seconds = -1
-        if seconds <= 0:
-            raise ValueError("tfring.spark.run: %s=%r: expected a positive number of seconds" % (name, value))
+        if not (0 < seconds < float("inf")):  # also refuses NaN and infinity: every wait has a deadline
+            raise ValueError("tfring.spark.run: %s=%r: expected a positive, finite number of seconds" % (name, value))
         return seconds
     return float(DEFAULT_START_TIMEOUT)
 
@@ -71,7 +71,8 @@ def _launch_args(extra_mpi_args, nics, verbose, prefix_output_with_timestamp):
     if extra_mpi_args:
         args += ["--mpi-args", extra_mpi_args]
     if nics:
-        args += ["--network-interfaces", ",".join(sorted(nics) if isinstance(nics, (set, frozenset)) else nics)]
+        # A string is already the comma-separated list; any other collection is joined (not a string's letters).
+        args += ["--network-interfaces", nics if isinstance(nics, str) else ",".join(sorted(nics))]
     if prefix_output_with_timestamp:
         args += ["--prefix-output-with-timestamp"]
     if verbose and verbose >= 2:
