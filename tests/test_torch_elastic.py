@@ -7,7 +7,6 @@ script joining mid-epoch (it receives the committed state; the rest of the epoch
 elastic digits example at np=2."""
 import glob
 import json
-import math
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from conftest import ROOT, kill_session, rank_env, run_rank_pytest
 torch = pytest.importorskip("torch", reason="torch is not installed: tfring.torch is not built or tested")
 
 JOB = os.path.join(ROOT, "tests", "elastic", "torch_job.py")
+REPLAY = os.path.join(ROOT, "tests", "elastic", "torch_replay.py")
 ROWS, BATCH, EPOCHS, COMMIT_EVERY = 96, 4, 2, 3  # torch_job.py's
 
 
@@ -48,39 +48,13 @@ def read_logs(out_dir):
     return logs
 
 
-def replay(init, kill_at, victim_size=3, after_size=2):
-    """The parameters and Adam state a commit-consistent run ends with: epoch 0 at 3 ranks up to the last commit
-    before the kill, the rest of epoch 0 re-sharded over 2 ranks, epoch 1 at 2 ranks; each step averages the
-    ranks' gradients, as DistributedOptimizer does."""
-    from tfring.torch.elastic.sampler import epoch_order, partition
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-    model.load_state_dict(init["params"])
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    x, y = init["x"], init["y"]
-
-    def step(batches):
-        grads = []
-        for rows in batches:
-            model.zero_grad()
-            torch.nn.functional.mse_loss(model(x[rows]), y[rows]).backward()
-            grads.append([p.grad.clone() for p in model.parameters()])
-        for p, *g in zip(model.parameters(), *grads):
-            p.grad = sum(g) / len(g)
-        optimizer.step()
-
-    def run(remaining, n, steps=None):
-        shards = [partition(remaining, n, r) for r in range(n)]
-        steps = math.ceil(len(shards[0]) / BATCH) if steps is None else steps
-        for b in range(steps):
-            step([s[b * BATCH:(b + 1) * BATCH] for s in shards])
-        return {i for s in shards for i in s[:steps * BATCH]}
-
-    committed = kill_at // COMMIT_EVERY * COMMIT_EVERY
-    order = epoch_order(ROWS, True, 3, 0)
-    done = run(order, victim_size, committed)
-    run([i for i in order if i not in done], after_size)
-    run(epoch_order(ROWS, True, 3, 1), after_size)
-    return model.state_dict(), optimizer.state_dict()["state"]
+def replay(init_path, kill_at, out_path):
+    """Runs tests/elastic/torch_replay.py in its own process: torch's optimizer step imports torch._dynamo and with
+    it triton, whose LLVM crashed this pytest process (which also holds TensorFlow's) in a later test."""
+    proc = subprocess.run([sys.executable, REPLAY, str(init_path), str(kill_at), str(out_path)], cwd=ROOT,
+                          env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return torch.load(out_path)
 
 
 def assert_each_index_once(logs):
@@ -120,7 +94,8 @@ def test_killed_rank_rolls_back_and_reshards(tmp_path):
         assert {int(s["step"]) for s in f["adam"].values()} == {expected_steps}  # Adam's count rolled back too
     for k, v in finals[0]["params"].items():  # identical on the survivors
         assert torch.equal(v, finals[1]["params"][k]), k
-    params, adam = replay(torch.load(tmp_path / "init.pt"), kill_at)
+    params, adam = replay(tmp_path / "init.pt", kill_at, tmp_path / "replay.pt")
+    assert "triton" not in sys.modules  # see replay()
     for k, v in params.items():
         torch.testing.assert_close(finals[0]["params"][k], v, rtol=1e-4, atol=1e-5)
     for i, s in adam.items():
