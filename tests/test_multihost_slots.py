@@ -208,8 +208,9 @@ def test_ranks_span_two_hosts_through_the_slots(hosts, tmp_path, monkeypatch):
         began = time.monotonic()
         with pytest.raises(slots.RankError) as info:  # ranks 0 and 1 stay blocked in the allreduce
             job.job.call(_raise_on, (2, True))
-        assert info.value.rank == 2 and time.monotonic() - began < 3.0
-        for most in (slots.SETTLE + 2, 1.0):  # the first waits for the verdict (SETTLE), the next fails at once
+        # Deadlines, not speed: waiting out SETTLE here (or below, after the verdict) is the failure they catch.
+        assert info.value.rank == 2 and time.monotonic() - began < slots.SETTLE
+        for most in (slots.SETTLE + 2, slots.SETTLE / 2):  # the first waits for the verdict, the next fails at once
             later = _bounded(job.job.call, (lambda: 1,), 10)  # ranks 0 and 1 would never take it
             assert isinstance(later[0], RuntimeError) and later[1] < most, later
             assert re.search(r"cannot run more calls.*rank 2 raised.*rank 0 \(slot 0, host h1\)", str(later[0]))
