@@ -17,10 +17,13 @@ import time
 import cloudpickle
 import pytest
 
-from conftest import rank_env
-from test_multihost import NH
+# The ranks use tfring.torch (several ranks importing TensorFlow on 2 cores take long): torch comes with CI's set-up.
+pytest.importorskip("torch", reason="torch is not installed: the ranks of this test use tfring.torch")
 
-from tfring.runner import slots
+from conftest import rank_env  # noqa: E402
+from test_multihost import NH  # noqa: E402
+
+from tfring.runner import slots  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this test file
 NETNS_ENV = {"NETNS_HOSTS_PREFIX": "tfrs%d" % (os.getpid() % 1000),
