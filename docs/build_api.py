@@ -28,9 +28,10 @@ import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PUBLIC_MODULES = ["tfring", "tfring.keras", "tfring.callbacks", "tfring.keras.callbacks", "tfring.elastic",
-                  "tfring.torch", "tfring.spark", "tfring.ray"]
-# Checked where their engine is installed (they build on its classes, e.g. pyspark.ml's Params).
-OPTIONAL_MODULES = {"tfring.spark.keras": "pyspark", "tfring.spark.common": "pyspark", "tfring.torch.elastic": "torch"}
+                  "tfring.spark", "tfring.ray"]
+# Checked where their framework or engine is installed (they build on its classes, e.g. torch.optim, pyspark.ml).
+OPTIONAL_MODULES = {"tfring.torch": "torch", "tfring.torch.elastic": "torch", "tfring.spark.keras": "pyspark",
+                    "tfring.spark.common": "pyspark"}
 CALLBACKS = ["BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "LearningRateScheduleCallback",
              "LearningRateWarmupCallback", "MetricAverageCallback"]
 # What the HTML pages of modules without __all__ list (tfring.keras also has everything of tfring's page).
