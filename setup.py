@@ -276,13 +276,13 @@ class BuildOps(build_ext):
         core = self.build_core()
         link_core = ["-L" + os.path.dirname(core), "-l:" + CORE_LIBRARY]
         out = self.get_ext_fullpath(ext.name)
-        if ext.name == "tfring._tfring":
+        if ext.name == "tfring.tensorflow._tfring":
             import tensorflow as tf
             tf_cflags = [f.replace("--std=", "-std=") for f in tf.sysconfig.get_compile_flags()]
             flags = self._common + tf_cflags + self._mpi_c + ['-DTFRING_TF_VERSION="%s"' % tf.__version__,
                                                               "-Wno-unused-result", "-Wno-deprecated-declarations"]
             objects = self._compile([(src, flags) for src in tf_sources()])
-            self._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN"] + tf.sysconfig.get_link_flags())
+            self._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/.."] + tf.sysconfig.get_link_flags())
             self._write_info({"tensorflow": tf.__version__})
         elif ext.name == "tfring.torch._tfring_torch":
             import torch
@@ -306,7 +306,7 @@ def extensions():
     """The bindings this environment can build (see wanted()); the core is built with the first of them."""
     exts = []
     if wanted("TENSORFLOW", "tensorflow"):
-        exts.append(Extension("tfring._tfring", sources=[]))
+        exts.append(Extension("tfring.tensorflow._tfring", sources=[]))
     if wanted("PYTORCH", "torch") and torch_sources():
         exts.append(Extension("tfring.torch._tfring_torch", sources=[]))
     if wanted("MXNET", "mxnet") and mxnet_sources():

@@ -5,7 +5,7 @@
     python docs/build_api.py -o DIR
 
 The check covers what users import: `tfring`, `tfring.keras`, `tfring.callbacks`, `tfring.keras.callbacks`
-and `tfring.elastic` (process sets, compression, SyncBatchNormalization, the tapes and optimizers are all
+and `tfring.tensorflow.elastic` (process sets, compression, SyncBatchNormalization, the tapes and optimizers are all
 exported there). Every public function and class needs a Google-style docstring; one with parameters needs an
 `Args:` section naming each of them (a class documents its constructor's), one that returns a value a
 `Returns:` section, one whose body raises a `Raises:` section. Public methods a tfring class defines count
@@ -27,7 +27,7 @@ import textwrap
 import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PUBLIC_MODULES = ["tfring", "tfring.keras", "tfring.callbacks", "tfring.keras.callbacks", "tfring.elastic",
+PUBLIC_MODULES = ["tfring", "tfring.keras", "tfring.callbacks", "tfring.keras.callbacks", "tfring.tensorflow.elastic",
                   "tfring.spark", "tfring.ray"]
 # Checked where their framework or engine is installed (they build on its classes, e.g. torch.optim, pyspark.ml).
 OPTIONAL_MODULES = {"tfring.torch": "torch", "tfring.torch.elastic": "torch", "tfring.spark.keras": "pyspark",
@@ -276,7 +276,7 @@ def build_html(output_dir):
     specs = ["tfring", "tfring.keras", "tfring.callbacks", r"!.*\._", r"!tfring\.callbacks\.",
              r"!tfring\.keras\.optimizer$"]
     if importlib.util.find_spec("tf_keras") is not None:  # the tf_keras wrapper needs tf_keras to import
-        specs.append("tfring.keras.legacy_optimizer")
+        specs.append("tfring.tensorflow._keras.legacy_optimizer")
     output_dir = pathlib.Path(output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     # From the output directory: pdoc warns when a module name is also a path in the cwd (a source checkout's

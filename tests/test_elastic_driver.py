@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tfring.elastic.protocol import (BadRequest, DriverClient, DriverServer, ProtocolError, client_from_env,
+from tfring.common.signed_channel import (BadRequest, DriverClient, DriverServer, ProtocolError, client_from_env,
                                      new_secret)
 from tfring.runner import elastic_driver as ed
 from tfring.runner.launch import main, parse, plan_elastic

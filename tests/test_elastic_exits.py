@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfring.elastic.protocol import BadRequest, DriverServer, ProtocolError, client_from_env, new_secret
+from tfring.common.signed_channel import BadRequest, DriverServer, ProtocolError, client_from_env, new_secret
 from tfring.runner import elastic_driver as ed
 from tfring.runner.elastic_exits import ExitLedger
 from tfring.runner.launch import run_command

@@ -1,4 +1,5 @@
-"""The signed JSON channel (tfring.elastic.protocol) over real HTTP on 127.0.0.1, used by tfringrun's elastic driver
+"""The signed JSON channel (tfring.common.signed_channel) over real HTTP on 127.0.0.1, used by tfringrun's elastic
+driver
 and the Spark/Ray slot services: HMAC-SHA256 over path, nonce and body; refusals (unsigned, forged, replayed,
 stale, another path, malformed) each logged once; the client refusing forged or replayed replies."""
 import hashlib
@@ -13,8 +14,8 @@ import time
 
 import pytest
 
-from tfring.elastic import protocol
-from tfring.elastic.protocol import (BadRequest, DriverClient, DriverServer, ProtocolError, client_from_env,
+from tfring.tensorflow.elastic import protocol
+from tfring.common.signed_channel import (BadRequest, DriverClient, DriverServer, ProtocolError, client_from_env,
                                      new_secret, sign)
 
 SECRET = new_secret()

@@ -18,7 +18,7 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 
 from conftest import local_spark  # noqa: E402
-from tfring.elastic import protocol  # noqa: E402
+from tfring.tensorflow.elastic import protocol  # noqa: E402
 from tfring.runner import slots  # noqa: E402
 from tfring.runner.launch import descendants  # noqa: E402
 from tfring.runner.slot_task import ExecService  # noqa: E402

@@ -7,11 +7,12 @@ from mpi4py import MPI  # first: mpi4py finalizes MPI at exit, so mpirun sees a 
 import numpy as np
 import tensorflow as tf
 
-SUM, AVERAGE = 1, 0  # tfring/ops.py
-
 path = sys.argv[1]
 ops = tf.load_op_library(path)
 c = ctypes.CDLL(path)
+c.tfring_reduce_op.argtypes = [ctypes.c_char_p]
+SUM, AVERAGE = c.tfring_reduce_op(b"Sum"), c.tfring_reduce_op(b"Average")  # the values the bindings read too
+assert (SUM, AVERAGE) == (1, 0), (SUM, AVERAGE)  # Horovod's numbering
 c.tfring_init.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
 c.tfring_built_tf_version.restype = ctypes.c_char_p
 

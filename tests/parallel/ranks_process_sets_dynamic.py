@@ -7,7 +7,7 @@ import tensorflow as tf
 
 os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # the Horovod alias must work too
 import tfring as hvd  # noqa: E402
-from tfring.process_sets import _get_process_set_ids_and_ranks as table  # noqa: E402
+from tfring.common.process_sets import _get_process_set_ids_and_ranks as table  # noqa: E402
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()

@@ -196,7 +196,7 @@ def test_elastic_state_commit_restore_and_run_at_size_1():
         other(state)
     assert calls == []
     with pytest.raises(ValueError, match="batches_per_commit=0"):
-        hvd.elastic.CommitStateCallback(state, batches_per_commit=0)
+        hvd_keras.elastic.CommitStateCallback(state, batches_per_commit=0)
     with pytest.raises(ValueError, match="session="):
         hvd.elastic.TensorFlowState([], session=object())
 

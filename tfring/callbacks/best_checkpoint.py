@@ -5,7 +5,7 @@ import os
 from tfring.callbacks._base import Callback, print_msg
 import numpy as np
 
-import tfring
+from tfring import tensorflow as tfr
 
 
 class BestModelCheckpoint(Callback):
@@ -42,7 +42,7 @@ class BestModelCheckpoint(Callback):
         if current is None or not self.better(current, self.best):
             return
         self.best = current
-        if tfring.rank() != 0:
+        if tfr.rank() != 0:
             return
         path = self.filepath.format(epoch=epoch + 1, **(logs or {}))
         directory, name = os.path.split(os.path.abspath(path))

@@ -1,8 +1,8 @@
 """Start every rank (of process_set) from root_rank's weights and optimizer state."""
 from tfring.callbacks._base import Callback, optimizer_built
 
-import tfring
-from tfring.tape import var_key
+from tfring import tensorflow as tfr
+from tfring.tensorflow.tape import var_key
 
 
 class BroadcastGlobalVariablesCallback(Callback):
@@ -57,7 +57,7 @@ class BroadcastGlobalVariablesCallback(Callback):
             self._optimizer_done = True
         variables = [v for v in variables if var_key(v) not in self._local]
         if variables:
-            tfring.broadcast_variables(variables, self.root_rank, process_set=self.process_set)
+            tfr.broadcast_variables(variables, self.root_rank, process_set=self.process_set)
 
     def on_train_begin(self, logs=None):
         # Keras 3 builds the optimizer before on_train_begin, so one broadcast covers everything.

@@ -1,8 +1,8 @@
 """Learning-rate schedules by epoch (optionally per batch), and the standard large-batch warmup."""
 from tfring.callbacks._base import Callback, print_msg
 
-import tfring
-from tfring.functions import process_set_size
+from tfring import tensorflow as tfr
+from tfring.common.process_sets import process_set_size
 
 
 class LearningRateScheduleCallback(Callback):
@@ -54,7 +54,7 @@ class LearningRateScheduleCallback(Callback):
         self.current_epoch = epoch
         if self.staircase and self._in_range(epoch):
             lr = self._set(epoch)
-            if self.verbose and tfring.rank() == 0:
+            if self.verbose and tfr.rank() == 0:
                 print_msg("\nEpoch %d: learning rate set to %g" % (epoch + 1, lr))
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -91,5 +91,5 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     def on_epoch_end(self, epoch, logs=None):
         if epoch == self.warmup_epochs - 1:
             self.model.optimizer.learning_rate = self.initial_lr  # exactly the target after warmup
-            if self.verbose and tfring.rank() == 0:
+            if self.verbose and tfr.rank() == 0:
                 print_msg("\nEpoch %d: finished warmup, learning rate %g" % (epoch + 1, self.initial_lr))

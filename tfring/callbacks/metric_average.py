@@ -3,8 +3,8 @@ from tfring.callbacks._base import Callback
 import numpy as np
 import tensorflow as tf
 
-import tfring
-from tfring.functions import process_set_size
+from tfring import tensorflow as tfr
+from tfring.common.process_sets import process_set_size
 
 
 class MetricAverageCallback(Callback):
@@ -28,7 +28,7 @@ class MetricAverageCallback(Callback):
         if not keys:
             return
         values = tf.constant([float(logs[k]) for k in keys], tf.float64)
-        averaged = tfring.allreduce(values, op=tfring.Average, name="tfring_metric_average",
+        averaged = tfr.allreduce(values, op=tfr.Average, name="tfring_metric_average",
                                     process_set=self.process_set).numpy()
         for k, v in zip(keys, averaged):
             logs[k] = float(v)

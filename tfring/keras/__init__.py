@@ -1,6 +1,6 @@
 """tfring for Keras: `import tfring.keras as hvd` is a drop-in for `horovod.tensorflow.keras`.
 
-Everything in `tfring` (init, rank, size, allreduce, DistributedGradientTape, SyncBatchNormalization, ...) is
+Everything in `tfring.tensorflow` (init, rank, size, allreduce, DistributedGradientTape, SyncBatchNormalization, ...) is
 here too; this module adds the Keras `DistributedOptimizer`, the `callbacks`, `load_model`, and collectives that
 take numpy or Keras values. Keras 3 by default; with TF_USE_LEGACY_KERAS=1 (tf_keras, Keras 2) the optimizer,
 callbacks and SyncBatchNormalization are tf_keras ones.
@@ -11,10 +11,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import tfring as _tfring
-from tfring import *  # noqa: F401,F403  init, rank, size, Compression, Average, ...
+import tfring.tensorflow as _tfring
 from tfring.keras import callbacks  # noqa: F401
-from tfring.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
+from tfring.tensorflow import *  # noqa: F401,F403  init, rank, size, Compression, Average, ...
+from tfring.tensorflow._keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 
 
 def _to_tensor(value):
@@ -128,7 +128,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=Tr
         objects[opt.__name__] = opt
     if _legacy_keras():
         import tf_keras
-        from tfring.keras.legacy_optimizer import LegacyDistributedOptimizer
+        from tfring.tensorflow._keras.legacy_optimizer import LegacyDistributedOptimizer
         objects["LegacyDistributedOptimizer"] = LegacyDistributedOptimizer
         return tf_keras.models.load_model(filepath, custom_objects=objects, compile=compile)
     return keras.models.load_model(filepath, custom_objects=objects, compile=compile)
@@ -138,5 +138,5 @@ def _legacy_keras():
     import os
     return os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
 
-# hvd.elastic.KerasState, as horovod.tensorflow.keras (the star import bound tfring.elastic to the name already)
+# hvd.elastic.KerasState, as horovod.tensorflow.keras (the star import bound tfring.tensorflow.elastic to the name)
 elastic = importlib.import_module("tfring.keras.elastic")

@@ -1,9 +1,9 @@
 """`tfring.keras.elastic` (Horovod's `horovod.tensorflow.keras.elastic`): `KerasState`, `run` and the elastic
 Keras callbacks, for Keras 3 and tf_keras (TF_USE_LEGACY_KERAS=1)."""
-from tfring.elastic import (HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State,  # noqa: F401
-                            TensorFlowKerasState, run)
-from tfring.elastic.callbacks import (CommitStateCallback, UpdateBatchStateCallback,  # noqa: F401
-                                      UpdateEpochStateCallback)
+from tfring.callbacks.elastic_state import (CommitStateCallback, UpdateBatchStateCallback,  # noqa: F401
+                                            UpdateEpochStateCallback)
+from tfring.tensorflow.elastic import (HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State,  # noqa: F401
+                                       TensorFlowKerasState, run)
 
 
 class KerasState(TensorFlowKerasState):

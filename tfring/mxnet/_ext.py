@@ -1,19 +1,14 @@
 """Loads tfring's MXNet extension (a C library used through ctypes, like libmxnet itself), names unnamed
 collectives, and turns the extension's error codes into Horovod's exception types."""
 import ctypes
-import glob
-import os
 
 import mxnet as mx
 
-from tfring import _lib
-from tfring import basics as _basics
-from tfring.elastic.errors import HorovodInternalError
+from tfring.common import basics as _basics
+from tfring.common import library as _lib
+from tfring.common.errors import HorovodInternalError
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_REBUILD = ("Rebuild tfring with mxnet installed: `TFRING_WITHOUT_TENSORFLOW=1 pip install --no-build-isolation "
-            "--force-reinstall --no-deps <path-to-tfring>` (or, in a source checkout, `python setup.py build_ext "
-            "--inplace`).")
+_REBUILD = _lib.REBUILD + " An MXNet-only build: TFRING_WITHOUT_TENSORFLOW=1 TFRING_WITH_MXNET=1."
 
 # Core op types and status codes (tfring/cc/common/types.h, status.h).
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = 0, 1, 2, 3, 4
@@ -31,14 +26,12 @@ def _load():
     """
     _lib.core()  # first, by its path: the extension's dependency on the core resolves to this copy (one runtime)
     built_for = _lib.build_info().get("mxnet")
-    if built_for and built_for.split(".")[:2] != mx.__version__.split(".")[:2]:
-        raise ImportError("tfring's mxnet extension was built for mxnet %s but mxnet %s is installed. %s"
-                          % (built_for, mx.__version__, _REBUILD))
-    found = glob.glob(os.path.join(_HERE, "_tfring_mxnet*.so"))
-    if not found:
+    _lib.check_built_for("mxnet", built_for, mx.__version__)
+    found = _lib.find_extension("mxnet", "_tfring_mxnet*.so")
+    if found is None:
         raise ImportError("tfring's mxnet extension is not built (no tfring/mxnet/_tfring_mxnet*.so). " + _REBUILD)
     try:
-        c = ctypes.CDLL(found[0])
+        c = ctypes.CDLL(found)
     except OSError as e:
         raise ImportError("tfring's mxnet extension failed to load (mxnet %s): %s. %s"
                           % (mx.__version__, e, _REBUILD)) from e

@@ -9,18 +9,17 @@ import ctypes
 import mxnet as mx
 import numpy as np
 
-from tfring import basics as _basics
-from tfring.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
+from tfring.common import basics as _basics
+from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
                            gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                            mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, size, start_timeline,
                            stop_timeline)
-from tfring.elastic.errors import HorovodInternalError  # noqa: F401
+from tfring.common.errors import HorovodInternalError  # noqa: F401
+from tfring.common.reduce_ops import Adasum, Average, Max, Min, Product, Sum, resolve_op  # noqa: F401
 from tfring.mxnet import _ext
-from tfring.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
+from tfring.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                  process_set_id_of, remove_process_set)
 
-Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_OPS = (Average, Sum, Min, Max, Product)  # Adasum: not implemented by the core
 
 
 def shutdown():
@@ -30,14 +29,8 @@ def shutdown():
 
 
 def _resolve_op(fn, average, op):
-    """Horovod's deprecated `average=` / `op=` pair: Average when neither is given."""
-    if average is not None and op is not None:
-        raise ValueError("tfring.mxnet.%s: pass op= or the deprecated average=, not both" % fn)
-    if op is None:
-        op = Sum if average is False else Average
-    if isinstance(op, bool) or op not in _OPS:
-        raise ValueError("tfring.mxnet.%s: op=%r is not supported; use Average, Sum, Min, Max or Product" % (fn, op))
-    return op
+    """Horovod's `op=` / deprecated `average=` pair (Adasum is not implemented for MXNet)."""
+    return resolve_op("mxnet." + fn, op, average, adasum=False)
 
 
 def _check(fn, tensors, reduce=False):

@@ -1,6 +1,6 @@
 """tfringrun in elastic mode (--min-np, --max-np or --host-discovery-script): polls the discovery script, keeps the
 available hosts (discovered minus blacklisted) and where the job's ranks are, starts `mpirun --with-ft ulfm` on
-enough of them, and answers the ranks over an authenticated HTTP channel (tfring.elastic.protocol): `/hosts` (the
+enough of them, and answers the ranks over an authenticated HTTP channel (tfring.common.signed_channel): `/hosts` (the
 available hosts and the free slots the job may grow into), `/reset` (the job's placement after a failure or a
 growth: blacklisting is decided here, see HostBook), `/log` (a rank's line on tfringrun's stderr) and `/exit` (each
 rank's status at exit, elastic_exits.py), on one listener per interface the hosts reach (elastic_listeners.py). The
@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 
-from tfring.elastic.protocol import BadRequest, new_secret
+from tfring.common.signed_channel import BadRequest, new_secret
 from tfring.runner.elastic_exits import ExitLedger
 from tfring.runner.elastic_listeners import Listeners
 from tfring.runner.discovery import DiscoveryError, parse_discovery, run_discovery  # noqa: F401 (public here too)

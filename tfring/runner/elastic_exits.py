@@ -4,7 +4,7 @@ status then says nothing about the job. Each rank reports its status at exit; wh
 0..n-1 all reported 0 and none reported a failure, the job succeeded whatever mpirun says."""
 import threading
 
-from tfring.elastic.protocol import BadRequest
+from tfring.common.signed_channel import BadRequest
 
 
 class ExitLedger:

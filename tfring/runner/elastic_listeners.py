@@ -4,7 +4,7 @@ need an address on the route to it, so a second listener (same secret, same hand
 hands its address to the processes it spawns (TFRING_ELASTIC_DRIVERS). Never a wildcard address."""
 import threading
 
-from tfring.elastic.protocol import DriverServer
+from tfring.common.signed_channel import DriverServer
 
 
 class Listeners:

@@ -22,7 +22,7 @@ def _open_mpi_version():
 
 def version_text():
     import tfring
-    from tfring import _lib
+    from tfring.common import library as _lib
     built = _lib.build_info().get("tensorflow")
     return "tfringrun (tfring %s): TensorFlow %s%s, Open MPI %s" % (
         tfring.__version__, _lib._installed_tensorflow_version() or "not installed",
@@ -33,7 +33,7 @@ def check_build():
     """tfringrun --check-build: the core (MPI, NCCL) and every framework binding, as built and as running."""
     import tfring
     from mpi4py import MPI
-    from tfring import _lib
+    from tfring.common import library as _lib
     info = _lib.build_info()
     print("\n".join([
         "tfring %s" % tfring.__version__,
@@ -49,7 +49,7 @@ def _installed(module):
 
 
 def _tensorflow_lines(info):
-    from tfring import _lib
+    from tfring.common import library as _lib
     if not info.get("tensorflow"):
         return ["  TensorFlow: not built (TensorFlow was not found when tfring was built)"]
     built = _lib.tf_library().tfring_built_tf_version().decode()  # compiled into the library itself
@@ -88,6 +88,6 @@ _OP_NAMES = ["HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather", 
 def _registered_ops():
     """The Horovod op names the loaded library really registered (asked from TF's registry)."""
     from tensorflow.python.framework import op_def_registry
-    from tfring import _lib
+    from tfring.common import library as _lib
     _lib.load()
     return [n for n in _OP_NAMES if op_def_registry.get(n) is not None]

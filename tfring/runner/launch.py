@@ -26,7 +26,7 @@ KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "3", "--mca", "oob_tcp_keepalive
 # --tcp: point-to-point over the TCP BTL only (shared memory within a host stays: it is not a network).
 TCP_ONLY = ["--mca", "pml", "ob1", "--mca", "btl", "tcp,sm,self"]
 DEFAULT_START_TIMEOUT = 30
-ELASTIC = "TFRING_ELASTIC"  # and TFRING_ELASTIC_DRIVER, _SECRET, ... (tfring.elastic.protocol's names)
+ELASTIC = "TFRING_ELASTIC"  # and TFRING_ELASTIC_DRIVER, _SECRET, ... (tfring.common.signed_channel's names)
 
 
 def parse(argv):
@@ -202,7 +202,7 @@ def plan_elastic(args, hosts, np_, address, secret, environ=None, extra_env=None
         hosts: [(host, slots), ...] to start on.
         np_: ranks to start.
         address: the elastic driver's "host:port".
-        secret: the job's secret (tfring.elastic.protocol.new_secret()).
+        secret: the job's secret (tfring.common.signed_channel.new_secret()).
         environ: the launcher's environment (default os.environ); TFRING_ELASTIC_* values in it (an outer job's) are
             dropped.
         extra_env: more variables for the ranks (e.g. TFRING_ELASTIC_* of a restart), set last.

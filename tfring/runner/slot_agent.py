@@ -47,7 +47,7 @@ def _die_with_parent():
 
 
 def main(argv):
-    from tfring.elastic.protocol import DriverClient, ProtocolError
+    from tfring.common.signed_channel import DriverClient, ProtocolError
     from tfring.runner import slots
     try:
         host, command = split_argv(argv)

@@ -1,7 +1,7 @@
 """A rank of a slot job (tfring.runner.slots): fetches calls from the driver service, runs them and posts each
 result (or traceback) back, until the driver says stop. Persistent ranks serve any number of calls (Ray); Spark's
 run() makes one. The function arrives pickled in a signed message: it is unpickled only after the signature check
-(tfring.elastic.protocol verifies every reply).
+(tfring.common.signed_channel verifies every reply).
 
 Every rank also watches its own slot (the process it belongs to) and dies with it: a rank is a descendant of its
 host's first slot (slot 0 runs mpirun, the first slot of another host the PRRTE daemon), not of the other slots of
@@ -60,7 +60,7 @@ def watch(rank, slot, client=None, log=sys.stderr):
         client: a DriverClient to tell the driver which slot died (its error then names it), or None.
         log: where the reason is written.
     """
-    from tfring.elastic.protocol import ProtocolError
+    from tfring.common.signed_channel import ProtocolError
     from tfring.runner.slots import alive
     index, pid, started = slot
     while alive(pid, started):
@@ -87,7 +87,7 @@ def serve(client, rank, log=sys.stderr, slot=None):
     Returns:
         int: the exit code (0 when told to stop, 1 when the driver was lost).
     """
-    from tfring.elastic.protocol import ProtocolError
+    from tfring.common.signed_channel import ProtocolError
     from tfring.runner.slots import decode, encode
     seq, heard = 0, time.monotonic()
     while True:
@@ -137,7 +137,7 @@ def die_with_parent():
 
 
 def main():
-    from tfring.elastic.protocol import DriverClient
+    from tfring.common.signed_channel import DriverClient
     from tfring.runner import slots
     die_with_parent()
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
@@ -157,6 +157,6 @@ def main():
 if __name__ == "__main__":
     # Run as a script: drop this file's directory (tfring/runner) from sys.path so `tfring` resolves normally.
     sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
-    from tfring import _lib
+    from tfring.common import library as _lib
     _lib.prepare_mpi_environment()
     sys.exit(main())

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from tfring.elastic.protocol import BadRequest, DriverClient, DriverServer, ProtocolError
+from tfring.common.signed_channel import BadRequest, DriverClient, DriverServer, ProtocolError
 from tfring.runner import slots
 from tfring.runner.launch import descendants, kill_session, parse, plan
 from tfring.runner.output import Relay, failure_summary

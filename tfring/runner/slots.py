@@ -1,7 +1,7 @@
 """The slot launcher's driver side: runs one tfring job on processes some scheduler (Spark tasks, Ray actors)
 already started on the cluster ("slots"), so that the ranks are children of those processes, not of the driver.
 
-    job = SlotJob(num_slots, bind_host).start()        # the driver service (tfring.elastic.protocol: HMAC'd JSON)
+    job = SlotJob(num_slots, bind_host).start()        # the driver service (tfring.common.signed_channel: HMAC'd JSON)
     ... the scheduler starts num_slots processes that each call
         tfring.runner.slot_task.serve_slot(job.address, job.secret, index) ...
     job.wait_ready(timeout)                            # every slot registered (host identity, task service)
@@ -30,7 +30,7 @@ import time
 
 import cloudpickle
 
-from tfring.elastic.protocol import BadRequest, DriverServer, new_secret
+from tfring.common.signed_channel import BadRequest, DriverServer, new_secret
 
 DRIVER_ENV = "TFRING_SLOT_DRIVER"  # "host:port" of the driver service, for the ranks
 SECRET_ENV = "TFRING_SLOT_SECRET"  # the job's secret: in environments only, forwarded by name

@@ -26,6 +26,6 @@ def main(workdir):
 if __name__ == "__main__":
     # Run as a script: drop this file's directory (tfring/runner) from sys.path so `tfring` resolves normally.
     sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
-    from tfring import _lib
+    from tfring.common import library as _lib
     _lib.prepare_mpi_environment()
     main(sys.argv[1])

@@ -3,8 +3,8 @@ import operator
 
 import torch
 
-from tfring.basics import rank
-from tfring.process_sets import global_process_set
+from tfring.common.basics import rank
+from tfring.common.process_sets import global_process_set, process_set_of
 from tfring.torch import _handles as _h
 from tfring.torch._handles import Average
 from tfring.torch._reduce import allreduce, grouped_allreduce
@@ -60,7 +60,7 @@ def _offsets(process_set, dims):
     """Where this rank's rows start in each gathered tensor: the sum of the lower ranks' first dimensions."""
     dims = [torch.tensor([d], dtype=torch.int64) for d in dims]
     gathered = _h.synchronize(grouped_allgather_async(dims, process_set=process_set))
-    r = _h._set_of(_h._set_id("allgather", process_set)).rank()
+    r = process_set_of(_h._set_id("allgather", process_set)).rank()
     return [int(g[:r].sum()) for g in gathered]
 
 

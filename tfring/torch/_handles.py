@@ -1,34 +1,26 @@
 """The torch extension, its handles (Horovod's int handles: poll / synchronize), and the argument checks every
 collective of tfring.torch shares."""
-import warnings
-
 import torch
 
-from tfring import _lib
-from tfring import basics as _basics
-from tfring.basics import nccl_built
-from tfring.elastic.errors import HorovodInternalError
-from tfring.process_sets import _temp_process_set_object, process_set_id_of
-
-Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_OPS = (Average, Sum, Adasum, Min, Max, Product)
-
-_REBUILD = ("Rebuild tfring with torch installed: `pip install --no-build-isolation --force-reinstall --no-deps "
-            "<path-to-tfring>` (or, in a source checkout, `python setup.py build_ext --inplace`).")
+from tfring.common import basics as _basics
+from tfring.common import library as _lib
+from tfring.common.basics import nccl_built  # noqa: F401
+from tfring.common.errors import HorovodInternalError
+from tfring.common.process_sets import process_set_id_of, process_set_of
+from tfring.common.reduce_ops import (Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
+                                      check_adasum, check_op, handle_average_backwards_compatibility, resolve_op)
 
 
 def _load_extension():
     _lib.core()  # the core first, by path: the extension's dependency on it resolves to this copy (one runtime)
     built_for = _lib.build_info().get("torch")
-    if built_for and built_for.split("+")[0].split(".")[:2] != torch.__version__.split("+")[0].split(".")[:2]:
-        raise ImportError("tfring's torch extension was built for torch %s but torch %s is installed. %s"
-                          % (built_for, torch.__version__, _REBUILD))
+    _lib.check_built_for("torch", built_for, torch.__version__)
     try:
         from tfring.torch import _tfring_torch
     except ImportError as e:
         raise ImportError("tfring's torch extension failed to load (torch %s, built for %s): %s. %s"
-                          % (torch.__version__, built_for or "unknown", e, _REBUILD)) from e
-    # A worker failure (core status WORKERS_FAILED) raises the type tfring.elastic rolls back on.
+                          % (torch.__version__, built_for or "unknown", e, _lib.REBUILD)) from e
+    # A worker failure (core status WORKERS_FAILED) raises the type the elastic run loop rolls back on.
     _tfring_torch.set_workers_failed_error(HorovodInternalError)
     return _tfring_torch
 
@@ -74,7 +66,7 @@ def synchronize(handle):
     Raises:
         ValueError: the ranks passed an invalid argument (e.g. a broadcast root out of range).
         RuntimeError: the ranks disagree (shapes, dtypes, ...), the job was shut down, or the collective failed.
-        HorovodInternalError: a worker process failed or left (tfring.elastic rolls back on it).
+        HorovodInternalError: a worker process failed or left (the elastic run loop rolls back on it).
     """
     if handle not in _handle_map:
         return None
@@ -109,52 +101,8 @@ def _set_id(fn, process_set):
     return process_set_id_of(process_set, fn)
 
 
-def _set_of(pid):
-    from tfring.process_sets import global_process_set
-    return global_process_set if pid == 0 else _temp_process_set_object(pid)
-
-
-def _check_op(fn, op, adasum=True):
-    if isinstance(op, bool) or op not in _OPS or (op == Adasum and not adasum):
-        raise ValueError("tfring.%s: op=%r is not supported; use Average, Sum, Min, Max or Product%s"
-                         % (fn, op, " (or Adasum)" if adasum else ""))
-
-
-def _resolve_op(fn, op, average):
-    """Horovod's `average=` (deprecated) / `op=` pair: Average when neither is given."""
-    if average is not None:
-        if op is not None:
-            raise ValueError("tfring.%s: the op parameter supersedes average; pass only one of them" % fn)
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed", DeprecationWarning,
-                      stacklevel=3)
-        op = Average if average else Sum
-    op = Average if op is None else op
-    _check_op(fn, op)
-    return op
-
-
 def _check_adasum(fn, pid):
-    """Adasum combines pairs of ranks by recursive doubling: a power-of-two number of ranks (Horovod raises
-    NotImplementedError, a RuntimeError, for other sizes)."""
-    n = _set_of(pid).size()
-    if n is None or n & (n - 1):
-        raise NotImplementedError("tfring.%s: op=Adasum needs a power-of-two number of ranks, got %s" % (fn, n))
-
-
-def handle_average_backwards_compatibility(op, average):
-    """Horovod's helper: the reduce op meant by `op` and the deprecated `average` flag.
-
-    Args:
-        op: a reduce op (`Average`, `Sum`, `Adasum`, `Min`, `Max`, `Product`) or None.
-        average: the deprecated flag: True means `Average`, False `Sum`, None defers to `op`.
-
-    Returns:
-        int: the reduce op (`Average` when both are None).
-
-    Raises:
-        ValueError: both are given, or `op` is not a reduce op.
-    """
-    return _resolve_op("allreduce", op, average)
+    check_adasum(fn, process_set_of(pid).size())
 
 
 _DTYPES = (torch.uint8, torch.int8, torch.uint16, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,

@@ -4,7 +4,7 @@ wire, back to the original dtype after.
 Only torch is imported here, so `tfring.torch.mpi_ops` can import `Compression` without a cycle."""
 import torch
 
-from tfring._compressor import Compressor, NoneCompressor  # noqa: F401 (public here too)
+from tfring.common.compression import Compressor, NoneCompressor  # noqa: F401 (public here too)
 
 
 class _CastCompressor(Compressor):

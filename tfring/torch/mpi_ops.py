@@ -4,14 +4,14 @@ The collectives live in `_reduce` (allreduce, reducescatter) and `_gather` (allg
 handles, `poll` and `synchronize` in `_handles`. Every function here runs on the runtime the TensorFlow binding
 uses too (one per process).
 """
-# init/shutdown are tfring.basics' own: every shutdown (an elastic reset too) clears this binding's handles and
+# init/shutdown are tfring.common.basics' own: every shutdown (an elastic reset too) clears this binding's handles and
 # restarts its names through basics' shutdown hook (tfring/torch/_handles.py).
-from tfring.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
+from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
                            init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                            mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size, start_timeline,
                            stop_timeline)
-from tfring.elastic.errors import HorovodInternalError  # noqa: F401
-from tfring.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
+from tfring.common.errors import HorovodInternalError  # noqa: F401
+from tfring.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 from tfring.torch import _handles as _h
 from tfring.torch._gather import (allgather, allgather_async, alltoall, alltoall_async, broadcast,  # noqa: F401
                                   broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
@@ -20,8 +20,9 @@ from tfring.torch._handles import (Adasum, Average, Max, Min, Product, Sum,  # n
                                    handle_average_backwards_compatibility, poll, synchronize)
 from tfring.torch._reduce import (allreduce, allreduce_, allreduce_async, allreduce_async_,  # noqa: F401
                                   grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
-                                  grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
-                                  reducescatter, reducescatter_async, sparse_allreduce_async)
+                                  grouped_allreduce_async_)
+from tfring.torch._reducescatter import (grouped_reducescatter, grouped_reducescatter_async,  # noqa: F401
+                                         reducescatter, reducescatter_async, sparse_allreduce_async)
 
 
 def join(device=-1):

@@ -29,7 +29,8 @@ def parse_args(argv=None):
     p.add_argument("-k", dest="keyword", help="pytest -k expression")
     p.add_argument("--legacy-keras", action="store_true", help="TF_USE_LEGACY_KERAS=1 (tf.keras = tf_keras)")
     p.add_argument("--tree", nargs="?", const=ROOT, default=None,
-                   help="test the tfring source tree DIR (default %s; needs tfring/_tfring*.so built in place) "
+                   help="test the tfring source tree DIR (default %s; needs tfring/tensorflow/_tfring*.so built "
+                        "in place) "
                         "instead of the tfring installed in the venv" % ROOT)
     p.add_argument("--venv", default=os.path.join(ROOT, ".venv"), help="venv with tensorflow, mpirun, pytest")
     p.add_argument("--out", help="results directory (default /tmp/horovod_suite/<file>-np<N>)")
@@ -44,8 +45,8 @@ def environment(args):
     path = [SHIM]
     if args.tree:
         tree = os.path.abspath(args.tree)
-        if not glob.glob(os.path.join(tree, "tfring", "_tfring*.so")):
-            sys.exit("run.py: --tree %s has no tfring/_tfring*.so (build it in place first: "
+        if not glob.glob(os.path.join(tree, "tfring", "tensorflow", "_tfring*.so")):
+            sys.exit("run.py: --tree %s has no tfring/tensorflow/_tfring*.so (build it in place first: "
                      "python setup.py build_ext --inplace)" % tree)
         path.append(tree)
     env.update(PYTHONPATH=os.pathsep.join(path), PYTHONSAFEPATH="1", PYTHONUNBUFFERED="1",

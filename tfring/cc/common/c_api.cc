@@ -6,6 +6,7 @@
 
 #include "env.h"
 #include "runtime.h"
+#include "types.h"
 
 using tfring::Runtime;
 
@@ -107,6 +108,13 @@ const char* tfring_knob_table() {
       rows += std::string(k.name) + "|" + types[static_cast<int>(k.type)] + "|" + k.default_value + "|" + k.doc + "\n";
   }
   return rows.c_str();
+}
+
+int tfring_reduce_op(const char* name) {
+  std::string n = name ? name : "";
+  for (int v = 0; v <= static_cast<int>(tfring::ReduceOp::PRODUCT); ++v)
+    if (n == tfring::ReduceOpName(static_cast<tfring::ReduceOp>(v))) return v;
+  return -1;
 }
 
 }  // extern "C"

@@ -31,6 +31,9 @@ int tfring_built(const char* what);
 int64_t tfring_fusion_threshold();
 double tfring_cycle_time_ms();    // "mpi", "nccl", "gloo", "cuda"
 const char* tfring_knob_table();  // "name|type|default|doc\n" rows
+// The value of the reduce op named `name` ("Average", "Sum", ...), -1 for no such op: the bindings read the
+// values from here instead of typing them again.
+int tfring_reduce_op(const char* name);
 // Rank 0 writes the timeline (other ranks: no-op). 0 on success, else writes the message into err.
 int tfring_start_timeline(const char* path, int mark_cycles, char* err, int err_len);
 void tfring_stop_timeline();

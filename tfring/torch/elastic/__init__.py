@@ -20,11 +20,11 @@ when the launcher finds new hosts, rolling back to the last `state.commit()`. No
     train(state)
 
 Start it with `tfringrun -np N --min-np M [--max-np X] [--host-discovery-script S] python train.py`. The
-machinery is `tfring.elastic`'s (MPI with ULFM: survivors shrink the communicator; new slots are spawned); see
+machinery is `tfring.common.elastic`'s (MPI with ULFM: survivors shrink the communicator; new slots are spawned); see
 docs/elastic.md.
 """
-from tfring.elastic.errors import HorovodInternalError, HostsUpdatedInterrupt, WorkersFailedError  # noqa: F401
-from tfring.elastic.run import run  # noqa: F401
+from tfring.common.errors import HorovodInternalError, HostsUpdatedInterrupt, WorkersFailedError  # noqa: F401
+from tfring.common.elastic.run import run  # noqa: F401
 from tfring.torch.elastic.sampler import ElasticSampler  # noqa: F401
 from tfring.torch.elastic.state import ObjectState, State, TorchState  # noqa: F401
 

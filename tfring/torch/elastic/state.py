@@ -5,12 +5,12 @@ import copy
 
 import torch
 
-from tfring.elastic import state as _state
+from tfring.common.elastic import state as _state
 from tfring.torch.elastic.sampler import ElasticSampler
+from tfring.torch.functions import broadcast_object
 
 
 def _bcast_object(obj):
-    from tfring.torch.functions import broadcast_object
     return broadcast_object(obj, root_rank=0, name="tfring.torch.elastic.state")
 
 

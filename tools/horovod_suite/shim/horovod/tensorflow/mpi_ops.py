@@ -1,10 +1,11 @@
-"""horovod.tensorflow.mpi_ops -> tfring.ops (then tfring). `_basics` (Horovod's HorovodBasics object) forwards to
-tfring.basics, tfring.process_sets, tfring."""
+"""horovod.tensorflow.mpi_ops -> tfring.tensorflow.ops (then tfring). `_basics` (Horovod's HorovodBasics object)
+forwards to
+tfring.common.basics, tfring.common.process_sets, tfring."""
 import types
 
 from horovod._alias import forward
 
 _basics = types.ModuleType("horovod.tensorflow.mpi_ops._basics")
-forward(vars(_basics), "tfring.basics", "tfring.process_sets", "tfring")
+forward(vars(_basics), "tfring.common.basics", "tfring.common.process_sets", "tfring")
 
-forward(globals(), "tfring.ops", "tfring")
+forward(globals(), "tfring.tensorflow.ops", "tfring")

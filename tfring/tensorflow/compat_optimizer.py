@@ -3,9 +3,9 @@ tf.compat.v1.train.Optimizer for graph-mode (tf.compat.v1.Session) training; giv
 tfring.keras.DistributedOptimizer."""
 import tensorflow as tf
 
-from tfring.compression import Compression
-from tfring.ops import Average
-from tfring.tape import GradientReducer
+from tfring.tensorflow.compression import Compression
+from tfring.tensorflow.ops import Average
+from tfring.tensorflow.tape import GradientReducer
 
 WHO = "tfring.DistributedOptimizer"
 
@@ -17,7 +17,7 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
     Args:
         optimizer: the inner tf.compat.v1.train.Optimizer.
         name, use_locking: for tf.compat.v1.train.Optimizer.
-        reducer: the `tfring.tape.GradientReducer`.
+        reducer: the `tfring.tensorflow.tape.GradientReducer`.
     """
 
     def __init__(self, optimizer, name, use_locking, reducer):
@@ -100,12 +100,12 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                                      reducer)
     import keras
 
-    import tfring.keras
-    from tfring.keras.optimizer import _is_tf_keras_optimizer
+    from tfring.tensorflow._keras.optimizer import DistributedOptimizer as KerasDistributedOptimizer
+    from tfring.tensorflow._keras.optimizer import _is_tf_keras_optimizer
     if not isinstance(optimizer, keras.optimizers.Optimizer) and not _is_tf_keras_optimizer(optimizer):
         raise TypeError("%s: optimizer must be a tf.compat.v1.train.Optimizer or a Keras optimizer, got %r"
                         % (WHO, optimizer))
-    return tfring.keras.DistributedOptimizer(
+    return KerasDistributedOptimizer(
         optimizer, name=name, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
         backward_passes_per_step=backward_passes_per_step, average_aggregated_gradients=average_aggregated_gradients,
         gradient_predivide_factor=gradient_predivide_factor, groups=groups, num_groups=num_groups,

@@ -5,9 +5,9 @@ import warnings
 
 import tensorflow as tf
 
-from tfring.compression import Compression
-from tfring.functions import _is_global, process_set_size
-from tfring.ops import Average, allreduce, grouped_allreduce
+from tfring.tensorflow.compression import Compression
+from tfring.common.process_sets import _is_global, process_set_size
+from tfring.tensorflow.ops import Average, allreduce, grouped_allreduce
 
 
 def var_key(var):

@@ -10,51 +10,9 @@ import cloudpickle
 import numpy as np
 import tensorflow as tf
 
-from tfring.basics import rank
-from tfring.ops import _normalize_name, allgather, broadcast
-
-
-def _is_global(process_set):
-    if type(process_set) is int and process_set != 0:
-        raise ValueError("process_set=%r: pass a tfring.ProcessSet object (ids other than 0 have no size here)"
-                         % (process_set,))
-    return process_set is None or type(process_set) is int
-
-
-def process_set_size(process_set):
-    """Number of ranks in a process set.
-
-    Args:
-        process_set: a `tfring.ProcessSet`, or None (or 0, the global set's id) for all ranks.
-
-    Returns:
-        int
-
-    Raises:
-        ValueError: the set is not registered, or is given by another id than 0.
-    """
-    if _is_global(process_set):
-        from tfring.basics import size
-        return size()
-    n = process_set.size()
-    if n is None:
-        raise ValueError("process_set=%s is not registered: pass it to tfring.init(process_sets=[...]) or "
-                         "tfring.add_process_set() first" % (process_set,))
-    return n
-
-
-def process_set_rank(process_set):
-    """This process's rank within a process set.
-
-    Args:
-        process_set: a `tfring.ProcessSet`, or None (or 0) for all ranks.
-
-    Returns:
-        int: the rank in the set (-1 outside it; None if it is not registered); the global rank for all ranks.
-    """
-    if _is_global(process_set):
-        return rank()
-    return process_set.rank()
+from tfring.common.basics import rank
+from tfring.common.process_sets import _is_global, process_set_rank, process_set_size  # noqa: F401
+from tfring.tensorflow.ops import _normalize_name, allgather, broadcast
 
 
 def broadcast_variables(variables, root_rank, process_set=None, inplace=False):

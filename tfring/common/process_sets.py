@@ -8,9 +8,11 @@ Each set negotiates on its own communicator, so sets run concurrently. `broadcas
 global rank, as in Horovod. Sets added after init need TFRING_DYNAMIC_PROCESS_SETS=1 and every rank's call.
 """
 import ctypes
+import os
 import threading
 
-from tfring import _lib
+from tfring.common import library as _lib
+from tfring.common import launch_env, topology
 
 _change_lock = threading.Lock()  # one add/remove in flight per process (they share one negotiation name)
 
@@ -104,8 +106,7 @@ class ProcessSet:
         """
         if self.ranks is None:
             return None
-        from tfring.basics import rank
-        return rank() in self.ranks
+        return topology.rank() in self.ranks
 
     def __str__(self):
         return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)" % (self.process_set_id, self.ranks,
@@ -142,8 +143,7 @@ def _get_process_set_ids_and_ranks():
     c = _lib._c
     if c is None or not c.tfring_is_initialized():
         return {}
-    from tfring.basics import size
-    cap, cap_ranks = 1024, 1024 * max(size(), 1)
+    cap, cap_ranks = 1024, 1024 * max(topology.size(), 1)
     ids, sizes, ranks = (ctypes.c_int * cap)(), (ctypes.c_int * cap)(), (ctypes.c_int * cap_ranks)()
     n = c.tfring_process_sets(ids, sizes, cap, ranks, cap_ranks)
     out, off = {}, 0
@@ -151,6 +151,54 @@ def _get_process_set_ids_and_ranks():
         out[ids[i]] = list(ranks[off:off + sizes[i]])
         off += sizes[i]
     return out
+
+
+def process_set_of(process_set_id):
+    """The ProcessSet behind an id known from an op's attrs (the global set for 0)."""
+    return global_process_set if process_set_id == 0 else _temp_process_set_object(process_set_id)
+
+
+def _is_global(process_set):
+    """Whether `process_set=` means every rank (None, or the global set's id 0)."""
+    if type(process_set) is int and process_set != 0:
+        raise ValueError("process_set=%r: pass a tfring.ProcessSet object (ids other than 0 have no size here)"
+                         % (process_set,))
+    return process_set is None or type(process_set) is int
+
+
+def process_set_size(process_set):
+    """Number of ranks in a process set.
+
+    Args:
+        process_set: a `tfring.ProcessSet`, or None (or 0, the global set's id) for all ranks.
+
+    Returns:
+        int
+
+    Raises:
+        ValueError: the set is not registered, or is given by another id than 0.
+    """
+    if _is_global(process_set):
+        return topology.size()
+    n = process_set.size()
+    if n is None:
+        raise ValueError("process_set=%s is not registered: pass it to tfring.init(process_sets=[...]) or "
+                         "tfring.add_process_set() first" % (process_set,))
+    return n
+
+
+def process_set_rank(process_set):
+    """This process's rank within a process set.
+
+    Args:
+        process_set: a `tfring.ProcessSet`, or None (or 0) for all ranks.
+
+    Returns:
+        int: the rank in the set (-1 outside it; None if it is not registered); the global rank for all ranks.
+    """
+    if _is_global(process_set):
+        return topology.rank()
+    return process_set.rank()
 
 
 def process_set_id_of(process_set, fn):
@@ -236,8 +284,7 @@ def _assign_ids(process_sets):
 
 
 def _require_dynamic(fn):
-    import os
-    value = os.environ.get("TFRING_DYNAMIC_PROCESS_SETS", os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS", "0"))
+    value = os.environ.get(launch_env.DYNAMIC_PROCESS_SETS, os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS", "0"))
     if value.lower() not in ("1", "true"):
         raise RuntimeError("tfring.%s: adding or removing process sets after init() needs "
                            "TFRING_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1) on every rank; or pass "
@@ -278,12 +325,11 @@ def add_process_set(process_set):
     if process_set.ranks is None:
         raise NotImplementedError("tfring.add_process_set: sets given by an MPI communicator can only be passed to "
                                   "init(process_sets=[...]); pass a list of ranks")
-    from tfring.basics import size
     _require_dynamic("add_process_set")
-    bad = [r for r in process_set.ranks if not 0 <= r < size()]
+    bad = [r for r in process_set.ranks if not 0 <= r < topology.size()]
     if bad or not process_set.ranks:
         raise ValueError("tfring.add_process_set: ranks %r must be a non-empty list in [0, %d)"
-                         % (process_set.ranks, size()))
+                         % (process_set.ranks, topology.size()))
     existing = {tuple(r): i for i, r in _get_process_set_ids_and_ranks().items()}
     if tuple(process_set.ranks) in existing:  # the table is identical on every rank: all raise alike
         raise ValueError("tfring.add_process_set: a process set with ranks %s already exists (id %d)"

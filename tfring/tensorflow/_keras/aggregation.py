@@ -3,7 +3,7 @@ summed per variable; on every k-th pass the sums are reduced over the ranks (and
 average_aggregated_gradients) and applied; on the other passes only the optimizer's iterations advance."""
 import tensorflow as tf
 
-from tfring.tape import var_key
+from tfring.tensorflow.tape import var_key
 
 
 def check_passes(who, backward_passes_per_step):

@@ -1,7 +1,7 @@
 """Gradient compression applied around allreduce: cast to a 16-bit float for the wire, back after."""
 import tensorflow as tf
 
-from tfring._compressor import Compressor, NoneCompressor  # noqa: F401 (public here too)
+from tfring.common.compression import Compressor, NoneCompressor  # noqa: F401 (public here too)
 
 
 class _CastCompressor(Compressor):

@@ -7,7 +7,7 @@ class CommitStateCallback(Callback):
     """Commits `state` every `batches_per_commit` batches and at each epoch end.
 
     Args:
-        state: the `tfring.elastic.State`.
+        state: the `tfring.tensorflow.elastic.State`.
         batches_per_commit: batches between commits (a commit copies the model; fewer commits, more lost work).
 
     Raises:
@@ -17,7 +17,7 @@ class CommitStateCallback(Callback):
     def __init__(self, state, batches_per_commit=1):
         super().__init__()
         if int(batches_per_commit) < 1:
-            raise ValueError("tfring.elastic.CommitStateCallback: batches_per_commit=%r must be >= 1"
+            raise ValueError("tfring.keras.elastic.CommitStateCallback: batches_per_commit=%r must be >= 1"
                              % (batches_per_commit,))
         self.state = state
         self.batches_per_commit = int(batches_per_commit)
@@ -41,7 +41,7 @@ class UpdateBatchStateCallback(Callback):
     lowers `params["steps"]` of the resumed epoch, which only progress bars read: `fit` reruns the epoch in full.
 
     Args:
-        state: a `tfring.elastic.State` with a `batch` attribute.
+        state: a `tfring.tensorflow.elastic.State` with a `batch` attribute.
     """
 
     def __init__(self, state):
@@ -71,7 +71,7 @@ class UpdateEpochStateCallback(Callback):
     `epochs=total - state.epoch`, as with Horovod).
 
     Args:
-        state: a `tfring.elastic.State` with an `epoch` attribute.
+        state: a `tfring.tensorflow.elastic.State` with an `epoch` attribute.
     """
 
     def __init__(self, state):

@@ -1,8 +1,8 @@
 """`run`: Horovod's elastic training loop around a user function."""
 import functools
 
-from tfring.elastic import _world
-from tfring.elastic.errors import HorovodInternalError, HostsUpdatedInterrupt, is_worker_failure
+from tfring.common.elastic import membership, world
+from tfring.common.errors import HorovodInternalError, HostsUpdatedInterrupt, is_worker_failure
 
 
 def run(func):
@@ -15,7 +15,7 @@ def run(func):
     joined, `state.on_reset()`, `state.sync()` sends them the committed state, and `func` is called again.
 
     Args:
-        func: a function whose first argument is a `tfring.elastic.State`.
+        func: a function whose first argument is a `tfring.tensorflow.elastic.State`.
 
     Returns:
         The wrapped function; it returns what `func` returns.
@@ -41,12 +41,12 @@ def run(func):
             except Exception as e:  # noqa: BLE001 - only worker failures are handled; the rest re-raised
                 if not is_worker_failure(e):
                     raise
-                if not _world.enabled():
+                if not membership.enabled():
                     raise HorovodInternalError(
                         "tfring.elastic: a worker failed, but this job does not run in elastic mode (start it with "
                         "tfringrun --min-np/--max-np/--host-discovery-script): %s" % e) from e
                 state.restore()
                 failure, skip_sync = True, False
-            _world.reset(failure)
+            world.reset(failure)
             state.on_reset()
     return wrapper

@@ -6,11 +6,11 @@ import copy
 import tensorflow as tf
 import tf_keras
 
-from tfring.compression import Compression
-from tfring.keras._aggregation import GradientAggregator, check_passes
-from tfring.keras._delegate import InnerOptimizerDelegation
-from tfring.ops import Average, Sum
-from tfring.tape import GradientReducer
+from tfring.tensorflow.compression import Compression
+from tfring.tensorflow._keras.aggregation import GradientAggregator, check_passes
+from tfring.tensorflow._keras.delegate import InnerOptimizerDelegation
+from tfring.tensorflow.ops import Average, Sum
+from tfring.tensorflow.tape import GradientReducer
 
 WHO = "tfring.keras.DistributedOptimizer (tf_keras)"
 _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16, "bf16": Compression.bf16}

@@ -1,11 +1,13 @@
-"""Gradients of tfring's collectives, registered with TensorFlow on import (tfring.ops imports this module):
+"""Gradients of tfring's collectives, registered with TensorFlow on import (the package tfring.tensorflow imports
+this module):
 allreduce -> allreduce of the upstream gradient, allgather -> this rank's slice of the averaged gradient (as
 Horovod), broadcast -> the sum at the root, alltoall -> the reverse alltoall, reducescatter -> allgather."""
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 
-from tfring.basics import rank
-from tfring.ops import _OP_NAMES, Average, Max, Min, Sum, _normalize_name, _ops, _set_rank, _set_size  # noqa: F401
+from tfring.common.basics import rank
+from tfring.tensorflow.ops import (_OP_NAMES, Average, Max, Min, Sum, _normalize_name, _ops, _set_rank,  # noqa: F401
+                                   _set_size)
 
 
 def _grad_name(op, suffix="grad"):

@@ -12,17 +12,8 @@ On MPI: a dead worker makes every survivor's pending collective fail (ULFM revok
 shrink the communicator (no process restarts) and continue; new slots are filled with `MPI_Comm_spawn`.
 See docs/elastic.md.
 """
-from tfring.elastic.errors import HorovodInternalError, HostsUpdatedInterrupt, WorkersFailedError  # noqa: F401
-from tfring.elastic.run import run  # noqa: F401
-from tfring.elastic.state import ObjectState, State  # noqa: F401
-from tfring.elastic.tf_state import TensorFlowKerasState, TensorFlowState  # noqa: F401
+from tfring.common.elastic.run import run
+from tfring.common.errors import HorovodInternalError, HostsUpdatedInterrupt, WorkersFailedError
+from tfring.tensorflow.elastic.state import ObjectState, State, TensorFlowKerasState, TensorFlowState
 
 KerasState = TensorFlowKerasState
-
-
-def __getattr__(name):
-    # The Keras callbacks import Keras: only when asked for.
-    if name in ("CommitStateCallback", "UpdateBatchStateCallback", "UpdateEpochStateCallback"):
-        from tfring.elastic import callbacks
-        return getattr(callbacks, name)
-    raise AttributeError("module 'tfring.elastic' has no attribute %r" % name)

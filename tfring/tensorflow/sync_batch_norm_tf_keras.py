@@ -2,8 +2,8 @@
 import tensorflow as tf
 import tf_keras
 
-from tfring.functions import process_set_size
-from tfring.sync_batch_norm import check_options, global_moments
+from tfring.common.process_sets import process_set_size
+from tfring.tensorflow._sync_bn_moments import check_options, global_moments
 
 
 @tf_keras.utils.register_keras_serializable(package="tfring")

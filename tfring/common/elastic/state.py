@@ -2,33 +2,31 @@
 failure and sent to ranks that join."""
 import copy
 
-from tfring.elastic import _checkpoint, _world
-from tfring.elastic.errors import HostsUpdatedInterrupt
-
-
-def _bcast_object(obj):
-    try:
-        from tfring.functions import broadcast_object
-    except ModuleNotFoundError as e:
-        if e.name != "tensorflow":
-            raise
-        # A PyTorch-only install: the same runtime through the torch binding.
-        from tfring.torch.functions import broadcast_object
-    return broadcast_object(obj, root_rank=0, name="tfring.elastic.state")
+from tfring.common.elastic import checkpoint as _checkpoint
+from tfring.common.elastic import membership, world
+from tfring.common.errors import HostsUpdatedInterrupt
 
 
 class State:
     """Base class: `save()` / `restore()` / `sync()` define what the state is; `commit()` saves it and checks
     for new hosts; reset callbacks run after every membership change (e.g. to rescale the learning rate).
 
+    Framework-free: each binding's `State` passes its own `broadcast_object` (tfring.tensorflow.elastic,
+    tfring.torch.elastic), as Horovod's common/elastic.py takes `bcast_object` from the binding.
+
     Args:
-        bcast_object: how an object travels from rank 0 (default `tfring.broadcast_object`; without TensorFlow,
-            `tfring.torch.broadcast_object`).
+        bcast_object: how an object travels from rank 0: `bcast_object(obj)` returns rank 0's `obj`.
         get_rank: accepted for Horovod compatibility (unused).
+
+    Raises:
+        TypeError: `bcast_object` is not callable.
     """
 
     def __init__(self, bcast_object=None, get_rank=None):
-        self._bcast_object = bcast_object or _bcast_object
+        if not callable(bcast_object):
+            raise TypeError("tfring.elastic.State: bcast_object=%r must be callable (a binding's broadcast_object; "
+                            "use tfring.tensorflow.elastic or tfring.torch.elastic's State)" % (bcast_object,))
+        self._bcast_object = bcast_object
         self._reset_callbacks = []
         self._commits = 0
 
@@ -66,7 +64,7 @@ class State:
 
     def _resume_after_restart(self):
         """Rank 0 of a job restarted after a lost host: takes up the newest committed state on disk."""
-        found = _checkpoint.load_once() if _world.rank_is_root() else None
+        found = _checkpoint.load_once() if world.rank_is_root() else None
         if found is not None:
             self._commits, snapshot = found
             self._load_snapshot(snapshot)
@@ -80,12 +78,12 @@ class State:
         Raises:
             HostsUpdatedInterrupt: the job will grow at this point.
         """
-        if not _world.enabled():  # no launcher to offer hosts (the same on every rank): no broadcast per commit
+        if not membership.enabled():  # no launcher to offer hosts (the same on every rank): no broadcast per commit
             return
-        pending = _world.pending_growth() if _world.rank_is_root() else None
+        pending = world.pending_growth() if world.rank_is_root() else None
         pending = self._bcast_object(pending)
         if pending:
-            _world.set_agreed_growth(pending)
+            world.set_agreed_growth(pending)
             raise HostsUpdatedInterrupt(skip_sync=False)
 
     def save(self):
@@ -119,11 +117,10 @@ class State:
 class ObjectState(State):
     """State made of plain Python attributes: `ObjectState(epoch=0, batch=0)` gives `state.epoch`, ...
 
-    The attributes travel with `tfring.broadcast_object` (cloudpickle) from rank 0 on `sync()`.
+    The attributes travel with the binding's `broadcast_object` (cloudpickle) from rank 0 on `sync()`.
 
     Args:
-        bcast_object: how an object travels from rank 0 (default `tfring.broadcast_object`; without TensorFlow,
-            `tfring.torch.broadcast_object`).
+        bcast_object: how an object travels from rank 0 (the binding's `broadcast_object`).
         get_rank: accepted for Horovod compatibility (unused).
         **kwargs: the attributes and their initial values.
     """

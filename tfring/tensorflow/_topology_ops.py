@@ -1,5 +1,5 @@
 """The topology ops (size_op, rank_op, ...): graph-time values of a process set's topology, as Horovod's."""
-from tfring.ops import _ops
+from tfring.tensorflow._library import load as _ops
 
 
 def size_op(process_set_id=0, name=None):

@@ -1,6 +1,37 @@
 """TensorFlow and Keras states (Horovod's `TensorFlowState`, `TensorFlowKerasState`): variables kept as host
 copies at each commit, assigned back on a rollback, broadcast from rank 0 on `sync()`."""
-from tfring.elastic.state import ObjectState
+from tfring.common.elastic import state as _state
+from tfring.tensorflow.functions import broadcast_object
+
+
+def _bcast_object(obj):
+    return broadcast_object(obj, root_rank=0, name="tfring.tensorflow.elastic.state")
+
+
+class State(_state.State):
+    """Horovod's `State` base class, broadcasting with `tfring.tensorflow.broadcast_object`.
+
+    Args:
+        bcast_object: how an object travels from rank 0 (default `tfring.tensorflow.broadcast_object`).
+        get_rank: accepted for Horovod compatibility (unused).
+    """
+
+    def __init__(self, bcast_object=None, get_rank=None):
+        super().__init__(bcast_object=bcast_object or _bcast_object, get_rank=get_rank)
+
+
+class ObjectState(_state.ObjectState):
+    """Plain Python attributes committed, rolled back and synced (`ObjectState(epoch=0)` gives `state.epoch`),
+    broadcasting with `tfring.tensorflow.broadcast_object`.
+
+    Args:
+        bcast_object: how an object travels from rank 0 (default `tfring.tensorflow.broadcast_object`).
+        get_rank: accepted for Horovod compatibility (unused).
+        **kwargs: the attributes and their initial values.
+    """
+
+    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
+        super().__init__(bcast_object=bcast_object or _bcast_object, get_rank=get_rank, **kwargs)
 
 
 def _optimizer_variables(optimizer):
@@ -22,7 +53,7 @@ class TensorFlowState(ObjectState):
 
     def __init__(self, variables=None, session=None, **kwargs):
         if session is not None:
-            raise ValueError("tfring.elastic.TensorFlowState: session=%r: TF1 sessions are not supported; "
+            raise ValueError("tfring.tensorflow.elastic.TensorFlowState: session=%r: TF1 sessions are not supported; "
                              "pass variables in TF2 eager mode" % (session,))
         self.variables = list(variables or [])
         self._values = None
@@ -52,7 +83,7 @@ class TensorFlowState(ObjectState):
         self._values = snapshot["values"]
 
     def sync(self):
-        from tfring.functions import broadcast_variables
+        from tfring.tensorflow.functions import broadcast_variables
         self._resume_after_restart()
         tracked = self._tracked()
         if tracked:

@@ -1,5 +1,5 @@
 """The compression interface every binding shares (no framework imported): `compress` before a collective,
-`decompress` after it. Each binding adds its casts (tfring/compression.py, tfring/torch/compression.py)."""
+`decompress` after it. Each binding adds its casts (tfring/tensorflow/compression.py, tfring/torch/compression.py)."""
 
 
 class Compressor:

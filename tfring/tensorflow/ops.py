@@ -4,19 +4,14 @@ import re
 
 import tensorflow as tf
 
-from tfring import _graph_order, _lib  # noqa: F401 (_graph_order: on import)
-from tfring.basics import rank, size
-from tfring.compression import Compression
-from tfring.process_sets import _temp_process_set_object, process_set_id_of
-
-Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
-
-
-class ReduceOp:
-    """The reduce ops as class attributes (`ReduceOp.SUM`, ...), the same ints as `tfring.Sum` and friends."""
-    AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = Average, Sum, Adasum, Min, Max, Product
-
+from tfring.common.process_sets import process_set_id_of, process_set_of
+from tfring.common.reduce_ops import (Adasum, Average, Max, Min, Product, ReduceOp, Sum,  # noqa: F401
+                                      check_num_rank_power_of_2, handle_average_backwards_compatibility)
+from tfring.common.reduce_ops import NAMES as _OP_NAMES, check_adasum, check_op, resolve_op
+from tfring.tensorflow import _graph_order, _library  # noqa: F401 (_graph_order: on import)
+from tfring.tensorflow._topology_ops import (local_rank_op, local_size_op, process_set_included_op,  # noqa: F401
+                                             rank_op, size_op)
+from tfring.tensorflow.compression import Compression
 
 _NUMERIC = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
             tf.float64)
@@ -24,7 +19,7 @@ _ANY = _NUMERIC + (tf.bool,)
 
 
 def _ops():
-    return _lib.load()[0]
+    return _library.load()
 
 
 def _normalize_name(name):
@@ -45,7 +40,7 @@ def _names(prefix, tensor, name):
 def _require_init(fn):
     """Eager calls fail in Python with a plain message; graph-mode calls fail in the kernel."""
     if tf.executing_eagerly():
-        from tfring.basics import is_initialized
+        from tfring.common.basics import is_initialized
         if not is_initialized():
             raise ValueError("tfring.%s: tfring has not been initialized (or was shut down); call tfring.init() "
                              "first" % fn)
@@ -58,71 +53,17 @@ def _check_dtype(fn, tensor, allowed):
                         % (fn, tensor.dtype.name, ", ".join(d.name for d in allowed)))
 
 
-def _check_op(fn, op, adasum=False):
-    if op == Adasum and adasum:
-        return
-    if op not in _OP_NAMES:
-        raise ValueError("tfring.%s: op=%r is not supported; use Average, Sum, Min, Max or Product%s"
-                         % (fn, op, " (or Adasum)" if adasum else ""))
-
-
-def _check_adasum(fn, pid):
-    """Adasum runs on CPU over a power-of-two number of ranks (recursive doubling); refuse others up front."""
-    n = _set_size(pid)
-    if n & (n - 1):
-        raise NotImplementedError("tfring.%s: op=Adasum needs a power-of-two number of ranks in the process set, "
-                                  "got %d" % (fn, n))
-
-
 def _set_id(fn, process_set):
     """process_set_id attr of a `process_set=` argument; ValueError if it names no registered set."""
     return process_set_id_of(process_set, fn)
 
 
 def _set_size(process_set_id):
-    return size() if process_set_id == 0 else _temp_process_set_object(process_set_id).size()
+    return process_set_of(process_set_id).size()
 
 
 def _set_rank(process_set_id):
-    return rank() if process_set_id == 0 else _temp_process_set_object(process_set_id).rank()
-
-
-def check_num_rank_power_of_2(num_rank):
-    """Horovod's helper: whether `num_rank` is a power of two (what Adasum needs).
-
-    Args:
-        num_rank: a number of ranks.
-
-    Returns:
-        bool: True for 1, 2, 4, 8, ...
-    """
-    return num_rank > 0 and num_rank & (num_rank - 1) == 0
-
-
-def handle_average_backwards_compatibility(op, average):
-    """Horovod's helper: the reduce op meant by `op` and the deprecated `average` flag.
-
-    Args:
-        op: a reduce op (`Average`, `Sum`, `Adasum`, `Min`, `Max`, `Product`) or None.
-        average: the deprecated flag: True means `Average`, False `Sum`, None defers to `op`.
-
-    Returns:
-        int: the reduce op (`Average` when both are None).
-
-    Raises:
-        ValueError: both are given, or `op` is not a reduce op.
-    """
-    return _resolve_op("allreduce", op, average)
-
-
-def _resolve_op(fn, op, average):
-    if average is not None:
-        if op is not None:
-            raise ValueError("tfring.%s: pass either op or the deprecated average, not both" % fn)
-        op = Average if average else Sum
-    op = Average if op is None else op
-    _check_op(fn, op, adasum=True)
-    return op
+    return process_set_of(process_set_id).rank()
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0, ignore_name_scope=False,
@@ -167,13 +108,13 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
             Min/Max/Product or scale factors with `tf.IndexedSlices`.
         tf.errors.FailedPreconditionError: the ranks disagree on shape, dtype, op or scale factors.
     """
-    op = _resolve_op("allreduce", op, average)
+    op = resolve_op("allreduce", op, average)
     pid = _set_id("allreduce", process_set)
     if op == Adasum:
         if isinstance(tensor, tf.IndexedSlices):
             raise NotImplementedError("tfring.allreduce: Adasum does not support tf.IndexedSlices; pass dense "
                                       "gradients (sparse_as_dense=True)")
-        _check_adasum("allreduce", pid)
+        check_adasum("allreduce", _set_size(pid))
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Average, Sum):
             raise NotImplementedError("tfring.allreduce: op=%s is not supported for tf.IndexedSlices (only Average "
@@ -223,10 +164,10 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
         NotImplementedError: Adasum on a set whose size is not a power of two.
         tf.errors.FailedPreconditionError: the ranks disagree on the tensors.
     """
-    op = _resolve_op("grouped_allreduce", op, average)
+    op = resolve_op("grouped_allreduce", op, average)
     pid = _set_id("grouped_allreduce", process_set)
     if op == Adasum:
-        _check_adasum("grouped_allreduce", pid)
+        check_adasum("grouped_allreduce", _set_size(pid))
     tensors = list(tensors)
     if not tensors:
         return []
@@ -388,7 +329,7 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_s
         tf.errors.InvalidArgumentError: `tensor` is a scalar.
     """
     pid = _set_id("reducescatter", process_set)
-    _check_op("reducescatter", op)
+    check_op("reducescatter", op, adasum=False)
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype("reducescatter", tensor, _NUMERIC)
     return _ops().horovod_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
@@ -416,7 +357,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, igno
         TypeError: a dtype is not supported.
     """
     pid = _set_id("grouped_reducescatter", process_set)
-    _check_op("grouped_reducescatter", op)
+    check_op("grouped_reducescatter", op, adasum=False)
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
         return []
@@ -465,6 +406,3 @@ def barrier(process_set=None):
     _require_init("barrier")
     return _ops().horovod_barrier(process_set_id=_set_id("barrier", process_set))
 
-
-from tfring._topology_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op  # noqa: E402,F401,E501
-from tfring import _gradients  # noqa: E402,F401 (registers the collectives' gradients)

@@ -3,18 +3,17 @@ failure the survivors shrink it (ULFM: `MPI_Comm_shrink`, no process restarted),
 slots they spawn processes onto them (`MPI_Comm_spawn` + `Intercomm_merge`), and tfring's runtime is started
 again on the new communicator (process sets, response cache, host split and background thread all rebuilt by
 `tfring.init`). MPI is only used here while tfring's background thread is stopped."""
-import atexit
 import json
 import os
-import socket
 import sys
 import threading
 import time
 
-ENV_PREFIX = "TFRING_ELASTIC"
+from tfring.common import basics, launch_env
+from tfring.common.elastic import membership
+from tfring.common.elastic.membership import base_comm, host_name, min_np, reset_limit, timeout
 
 _lock = threading.Lock()
-_base = None  # the mpi4py communicator tfring runs on
 _resets = 0
 _pending = None  # rank 0: the launcher's latest growth proposal [[host, n], ...]
 _pending_since = 0.0  # proposals from requests started before this time are stale (a reset happened)
@@ -23,72 +22,13 @@ _poller = None
 _drivers = {}  # rank 0: the launcher's address for each host offered for growth (as the launcher names it)
 
 
-def enabled():
-    """Whether this process runs under `tfringrun` in elastic mode.
-
-    Returns:
-        bool
-    """
-    return os.environ.get(ENV_PREFIX) == "1"
-
-
-def _int_env(name, default):
-    value = os.environ.get("%s_%s" % (ENV_PREFIX, name))
-    return int(value) if value not in (None, "") else default
-
-
-def min_np():
-    return _int_env("MIN_NP", 1)
-
-
-def max_np():
-    return _int_env("MAX_NP", 0)
-
-
-def timeout():
-    return _int_env("TIMEOUT", 600)
-
-
-def reset_limit():
-    return _int_env("RESET_LIMIT", -1)
-
-
-def _client():
-    if not os.environ.get(ENV_PREFIX + "_DRIVER"):
-        return None  # run under mpirun --with-ft ulfm directly: survives failures, cannot grow
-    from tfring.elastic.protocol import DRIVER_ENV, client_from_env
-    drivers = json.loads(os.environ.get(ENV_PREFIX + "_DRIVERS") or "{}")  # set for spawned processes, by host
-    address = drivers.get(host_name())
-    return client_from_env(dict(os.environ, **{DRIVER_ENV: address}) if address else None)
-
-
-def host_name():
-    """This rank's host as the launcher named it (PRRTE's PMIX_HOSTNAME), else the machine's name."""
-    return os.environ.get("PMIX_HOSTNAME") or socket.gethostname()
-
-
-def base_comm():
-    """The communicator tfring runs on in an elastic job: MPI_COMM_WORLD, or for a process spawned by a
-    running job, its merge with the parents (the newcomers take the highest ranks)."""
-    global _base
-    with _lock:
-        if _base is None:
-            from mpi4py import MPI
-            parent = MPI.Comm.Get_parent()
-            _base = parent.Merge(high=True) if parent != MPI.COMM_NULL else MPI.COMM_WORLD
-            sys.exit = _record_exit(sys.exit)
-            atexit.register(_at_exit)  # after mpi4py's (it runs first): before MPI_Finalize
-        return _base
-
-
 def rank_is_root():
-    from tfring.basics import rank
-    return rank() == 0
+    return basics.rank() == 0
 
 
 def _poll():
     global _pending
-    client = _client()
+    client = membership.client()
     while client is not None:
         started = time.time()
         try:
@@ -108,7 +48,7 @@ def _poll():
 def pending_growth():
     """Rank 0: the slots the launcher offers now, [[host, n], ...] or None (starts the poller on first use)."""
     global _poller
-    if not enabled():
+    if not membership.enabled():
         return None
     with _lock:
         if _poller is None:
@@ -150,7 +90,7 @@ class _Deadline:
 
 
 def _command():
-    value = os.environ.get(ENV_PREFIX + "_COMMAND")
+    value = os.environ.get(launch_env.ELASTIC_COMMAND)
     return json.loads(value) if value else [sys.executable] + sys.argv
 
 
@@ -160,7 +100,7 @@ def _spawn(comm, add):
     command = _command()
     drivers = {h: _drivers[h] for h, _ in add if h in _drivers}
     if drivers:  # the address this process uses may not be reachable from a newly added host
-        command = ["/usr/bin/env", "%s_DRIVERS=%s" % (ENV_PREFIX, json.dumps(drivers))] + command
+        command = ["/usr/bin/env", "%s=%s" % (launch_env.ELASTIC_DRIVERS, json.dumps(drivers))] + command
     info = MPI.Info.Create()
     hosts = ",".join("%s:%d" % (h, n) for h, n in add)
     info.Set("host", hosts)
@@ -181,7 +121,7 @@ def _report(comm, reason, add=()):
     hosts = comm.gather(host_name(), root=0)
     if comm.rank == 0:
         hosts += [h for h, n in add for _ in range(n)]
-        client = _client()
+        client = membership.client()
         if client is not None:
             try:
                 client.call("/reset", {"hosts": hosts, "reason": reason})
@@ -191,7 +131,7 @@ def _report(comm, reason, add=()):
 
 def _log(message):
     sys.stderr.write("tfring.elastic: %s\n" % message)
-    client = _client()
+    client = membership.client()
     if client is not None:
         try:
             client.call("/log", {"message": message})
@@ -202,7 +142,7 @@ def _log(message):
 def _wait_for_slots(comm, need):
     """Below --min-np: rank 0 asks the launcher for slots until `need` more are offered or the timeout."""
     deadline = time.time() + timeout()
-    client = _client()
+    client = membership.client()
     add = None
     while comm.rank == 0 and client is not None and time.time() < deadline:
         try:
@@ -219,44 +159,6 @@ def _wait_for_slots(comm, need):
         return comm.bcast(add, root=0)
 
 
-_exit_code = []
-_failed = False  # a worker failure happened: leave without MPI_Finalize
-
-
-def _record_exit(original):
-    def exit(code=None):  # noqa: A001 - sys.exit's name
-        _exit_code.append(0 if code is None else code if isinstance(code, int) else 1)
-        original(code)
-    return exit
-
-
-def _at_exit():
-    """At exit of an elastic rank: tells the launcher this rank's status, so that tfringrun can tell a job whose
-    every rank finished from one that failed when mpirun itself dies in its teardown (an Open MPI 5.0.11 defect
-    after a spawn onto an added host, docs/elastic.md). After a worker failure, also leaves without MPI_Finalize:
-    it can hang after a process failure (seen here in about 1 of 10 runs; cf. open-mpi/ompi#11404), and under
-    `--with-ft ulfm` a process that exits without it still counts as a success (measured). The status is the
-    script's: 1 after an uncaught exception, sys.exit()'s code, else 0."""
-    import tfring.basics as basics
-    code = _exit_code[-1] if _exit_code else (1 if getattr(sys, "last_value", None) is not None else 0)
-    try:
-        basics.shutdown()
-        client = _client()
-        if client is not None and _base is not None:
-            try:
-                client.call("/exit", {"rank": _base.rank, "size": _base.size, "code": code})
-            except Exception as e:  # noqa: BLE001 - the launcher gone or unreachable: mpirun's status stands
-                sys.stderr.write("tfring.elastic: could not report this rank's exit: %s\n" % e)
-    finally:
-        if _failed:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code)
-
-
 def reset(failure):
     """Rebuilds the job after a worker failure (shrink) or for agreed new hosts (spawn), then restarts tfring on
     the new communicator. Every rank of the job calls it at the same point.
@@ -267,8 +169,7 @@ def reset(failure):
     Raises:
         RuntimeError: --reset-limit reached, or fewer than --min-np ranks left and no slots came in time.
     """
-    global _base, _resets, _agreed, _failed
-    import tfring.basics as basics
+    global _resets, _agreed
     _resets += 1
     limit = reset_limit()
     if limit >= 0 and _resets > limit:
@@ -279,7 +180,7 @@ def reset(failure):
     basics.shutdown()  # the background thread stops (it already has after a failure); MPI is ours now
     comm = base_comm()
     if failure:
-        _failed = True
+        membership.failed = True
         with _Deadline("shrinking the communicator", timeout()):
             comm = comm.Shrink()
         lost = (old_size or comm.size) - comm.size
@@ -302,7 +203,7 @@ def reset(failure):
         add, _agreed = _agreed, None
         _report(comm, "grow", add)
         comm, reason = _spawn(comm, add), "grow"
-    _base = comm
+    membership.set_base(comm)
     _forget_proposals()
     basics.init(comm=comm)
     if basics.rank() == 0:

@@ -11,13 +11,14 @@ written by this job only."""
 import glob
 import os
 
-_ENV_DIR = "TFRING_ELASTIC_STATE_DIR"
-_ENV_RESTART = "TFRING_ELASTIC_RESTART"
+from tfring.common import launch_env, topology
+from tfring.common.elastic.membership import host_name
+
 _restored = False
 
 
 def directory():
-    return os.environ.get(_ENV_DIR) or None
+    return os.environ.get(launch_env.ELASTIC_STATE_DIR) or None
 
 
 def save(snapshot, commit):
@@ -25,10 +26,9 @@ def save(snapshot, commit):
     job spans hosts or has a discovery script."""
     import cloudpickle
 
-    from tfring.basics import cross_size, local_rank
     path = directory()
-    spans = cross_size() >= 2 or os.environ.get("TFRING_ELASTIC_DISCOVERY") == "1"
-    if path is None or not spans or local_rank() != 0:
+    spans = topology.cross_size() >= 2 or os.environ.get(launch_env.ELASTIC_DISCOVERY) == "1"
+    if path is None or not spans or topology.local_rank() != 0:
         return
     os.makedirs(path, mode=0o700, exist_ok=True)  # on another host than the launcher's it may not exist yet
     name = os.path.join(path, "state.%s" % _host_tag())
@@ -38,7 +38,6 @@ def save(snapshot, commit):
 
 
 def _host_tag():
-    from tfring.elastic._world import host_name
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in host_name())
 
 
@@ -46,7 +45,7 @@ def load_once():
     """On the first call in a job the launcher restarted after losing a host: (commit, snapshot) of the newest
     file, else None."""
     global _restored
-    if _restored or os.environ.get(_ENV_RESTART) != "1" or directory() is None:
+    if _restored or os.environ.get(launch_env.ELASTIC_RESTART) != "1" or directory() is None:
         return None
     _restored = True
     import cloudpickle

@@ -6,10 +6,10 @@ import sys
 import keras
 from keras import ops
 
-from tfring.keras._delegate import InnerOptimizerDelegation
-from tfring.compression import Compression
-from tfring.ops import Average, Sum
-from tfring.tape import GradientReducer, local_layer_variables
+from tfring.tensorflow._keras.delegate import InnerOptimizerDelegation
+from tfring.tensorflow.compression import Compression
+from tfring.tensorflow.ops import Average, Sum
+from tfring.tensorflow.tape import GradientReducer, local_layer_variables
 
 _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16, "bf16": Compression.bf16}
 
@@ -27,7 +27,7 @@ def _is_tf_keras_optimizer(optimizer):
     already, so it is never imported here."""
     if "tf_keras" not in sys.modules or isinstance(optimizer, keras.optimizers.Optimizer):
         return False
-    from tfring.keras.legacy_optimizer import optimizer_types
+    from tfring.tensorflow._keras.legacy_optimizer import optimizer_types
     return isinstance(optimizer, optimizer_types())
 
 
@@ -38,8 +38,8 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
 
     A Keras 3 optimizer wrapper built on public API only; `learning_rate` and `iterations` are the inner
     optimizer's. Given a tf_keras optimizer (also a legacy OptimizerV2), the constructor returns the tf_keras
-    wrapper (`tfring.keras.legacy_optimizer.LegacyDistributedOptimizer`) instead. On a rank outside the set, or
-    in a set of one rank, the gradients are applied unreduced. groups given as variable lists, process_set and
+    wrapper (`tfring.tensorflow._keras.legacy_optimizer.LegacyDistributedOptimizer`) instead. On a rank outside
+    the set, or in a set of one rank, the gradients are applied unreduced. groups given as variable lists, process_set and
     local variables are not part of get_config().
 
     Args:
@@ -68,7 +68,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         # A tf_keras (Keras 2) optimizer, a subclass of one or a legacy OptimizerV2 gets the tf_keras wrapper:
         # one public name for both Keras versions.
         if _is_tf_keras_optimizer(optimizer):
-            from tfring.keras.legacy_optimizer import LegacyDistributedOptimizer
+            from tfring.tensorflow._keras.legacy_optimizer import LegacyDistributedOptimizer
             return LegacyDistributedOptimizer(optimizer, *args, **kwargs)
         return super().__new__(cls)
 

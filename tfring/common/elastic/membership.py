@@ -1,0 +1,115 @@
+"""Who this rank runs with in an elastic job: the communicator tfring starts on (MPI_COMM_WORLD, or for a process a
+running job spawned, its merge with the parents), the job's settings from the launcher, its signed client, and the
+exit report. `tfring.common.basics.init` reads it; `tfring.common.elastic.world` changes it."""
+import atexit
+import json
+import os
+import socket
+import sys
+import threading
+
+from tfring.common import launch_env, library
+from tfring.common.signed_channel import client_from_env
+
+_lock = threading.Lock()
+_base = None  # the mpi4py communicator tfring runs on
+failed = False  # a worker failure happened: leave without MPI_Finalize (set by world.reset)
+
+
+def enabled():
+    """Whether this process runs under `tfringrun` in elastic mode.
+
+    Returns:
+        bool
+    """
+    return launch_env.elastic_enabled()
+
+
+def min_np():
+    return launch_env.int_value(launch_env.ELASTIC_MIN_NP, 1)
+
+
+def max_np():
+    return launch_env.int_value(launch_env.ELASTIC_MAX_NP, 0)
+
+
+def timeout():
+    return launch_env.int_value(launch_env.ELASTIC_TIMEOUT, 600)
+
+
+def reset_limit():
+    return launch_env.int_value(launch_env.ELASTIC_RESET_LIMIT, -1)
+
+
+def client():
+    """The launcher's signed client, or None (run under `mpirun --with-ft ulfm` directly: survives failures,
+    cannot grow)."""
+    if not os.environ.get(launch_env.ELASTIC_DRIVER):
+        return None
+    drivers = json.loads(os.environ.get(launch_env.ELASTIC_DRIVERS) or "{}")  # set for spawned processes, by host
+    address = drivers.get(host_name())
+    return client_from_env(dict(os.environ, **{launch_env.ELASTIC_DRIVER: address}) if address else None)
+
+
+def host_name():
+    """This rank's host as the launcher named it (PRRTE's PMIX_HOSTNAME), else the machine's name."""
+    return os.environ.get("PMIX_HOSTNAME") or socket.gethostname()
+
+
+def base_comm():
+    """The communicator tfring runs on in an elastic job: MPI_COMM_WORLD, or for a process spawned by a
+    running job, its merge with the parents (the newcomers take the highest ranks)."""
+    global _base
+    with _lock:
+        if _base is None:
+            from mpi4py import MPI
+            parent = MPI.Comm.Get_parent()
+            _base = parent.Merge(high=True) if parent != MPI.COMM_NULL else MPI.COMM_WORLD
+            sys.exit = _record_exit(sys.exit)
+            atexit.register(_at_exit)  # after mpi4py's (it runs first): before MPI_Finalize
+        return _base
+
+
+def set_base(comm):
+    """The communicator after a reset (world.reset)."""
+    global _base
+    with _lock:
+        _base = comm
+
+
+_exit_code = []
+
+
+def _record_exit(original):
+    def exit(code=None):  # noqa: A001 - sys.exit's name
+        _exit_code.append(0 if code is None else code if isinstance(code, int) else 1)
+        original(code)
+    return exit
+
+
+def _at_exit():
+    """At exit of an elastic rank: tells the launcher this rank's status, so that tfringrun can tell a job whose
+    every rank finished from one that failed when mpirun itself dies in its teardown (an Open MPI 5.0.11 defect
+    after a spawn onto an added host, docs/elastic.md). After a worker failure, also leaves without MPI_Finalize:
+    it can hang after a process failure (seen here in about 1 of 10 runs; cf. open-mpi/ompi#11404), and under
+    `--with-ft ulfm` a process that exits without it still counts as a success (measured). The status is the
+    script's: 1 after an uncaught exception, sys.exit()'s code, else 0."""
+    code = _exit_code[-1] if _exit_code else (1 if getattr(sys, "last_value", None) is not None else 0)
+    try:
+        core = library.loaded()
+        if core is not None:
+            core.tfring_shutdown()  # the background thread stops before MPI_Finalize
+        signed = client()
+        if signed is not None and _base is not None:
+            try:
+                signed.call("/exit", {"rank": _base.rank, "size": _base.size, "code": code})
+            except Exception as e:  # noqa: BLE001 - the launcher gone or unreachable: mpirun's status stands
+                sys.stderr.write("tfring.elastic: could not report this rank's exit: %s\n" % e)
+    finally:
+        if failed:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)

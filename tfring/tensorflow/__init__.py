@@ -1,0 +1,32 @@
+"""tfring for TensorFlow (Horovod's `horovod.tensorflow`): `import tfring.tensorflow as hvd`, or `import tfring as
+hvd`, which loads this module on first use.
+
+    hvd.init()
+    y = hvd.allreduce(x)          # averaged over all ranks
+
+Importing it loads TensorFlow and tfring's op library (checked against the installed TensorFlow) and registers
+the collectives' gradients, as Horovod's import does.
+"""
+from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
+                                  gloo_enabled, init, is_homogeneous, is_initialized, knob_table, local_rank,
+                                  local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
+                                  rocm_built, shutdown, size, start_timeline, stop_timeline, tunables)
+from tfring.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from tfring.tensorflow import _library
+
+_library.load()  # the op library, checked against this TensorFlow: fails here with how to rebuild
+
+from tfring.tensorflow import _gradients  # noqa: E402 (registers the collectives' gradients)
+from tfring.tensorflow.compat_optimizer import DistributedOptimizer  # noqa: E402
+from tfring.tensorflow.compression import Compression  # noqa: E402
+from tfring.tensorflow.functions import (allgather_object, broadcast_, broadcast_global_variables,  # noqa: E402
+                                         broadcast_object, broadcast_object_fn, broadcast_variables)
+from tfring.tensorflow.ops import (Adasum, Average, Max, Min, Product, ReduceOp, Sum, allgather,  # noqa: E402
+                                   allreduce, alltoall, barrier, broadcast, check_num_rank_power_of_2,
+                                   grouped_allgather, grouped_allreduce, grouped_reducescatter,
+                                   handle_average_backwards_compatibility, join, local_rank_op, local_size_op,
+                                   process_set_included_op, rank_op, reducescatter, size_op)
+from tfring.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: E402
+from tfring.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: E402
+from tfring.tensorflow import elastic  # noqa: E402 (hvd.elastic, as in Horovod)
+from tfring.version import __version__  # noqa: E402
