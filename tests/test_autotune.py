@@ -6,6 +6,8 @@ import pytest
 
 from conftest import run_rank_pytest, run_ranks
 
+pytestmark = pytest.mark.slow  # real ranks under mpirun
+
 THRESHOLDS = [1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20]
 
 

@@ -15,7 +15,7 @@ _TF_API = "tfring.tensorflow"
 
 
 def __getattr__(name):
-    if name.startswith("__"):
+    if name.startswith("__") and name != "__all__":  # `from tfring import *` and tools ask for __all__
         raise AttributeError(name)
     api = importlib.import_module(_TF_API)
     try:
@@ -27,8 +27,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_public()))
-
-
-def _public():
-    return [n for n in dir(importlib.import_module(_TF_API)) if not n.startswith("_")]
+    return sorted(set(globals()) | set(importlib.import_module(_TF_API).__all__))

@@ -11,6 +11,8 @@ import pytest
 
 from conftest import ROOT, rank_env, run_ranks
 
+pytestmark = pytest.mark.slow  # compiles the GPU path with nvcc
+
 CHECK = r"""
 import tfring as hvd, tensorflow as tf
 from tensorflow.python.framework import kernels

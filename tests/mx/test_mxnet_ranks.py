@@ -1,4 +1,4 @@
-"""tfring.mxnet on real ranks: the rank-side files in tests/mxnet_ranks run under mpirun at np=2 and np=3, all in one
+"""tfring.mxnet on real ranks: the rank-side files in tests/mx run under mpirun at np=2 and np=3, all in one
 pytest process per np; every rank checks its own values. The errors file goes last: it ends with a shutdown and a
 fresh init. mxnet 1.9.1 needs numpy < 1.24, which TensorFlow 2.21 cannot share: these tests run in a separate
 environment with mxnet (see README), and skip elsewhere."""
@@ -9,10 +9,12 @@ import pytest
 
 from conftest import ROOT, rank_env, run_rank_pytest
 
+pytestmark = pytest.mark.slow  # real ranks under mpirun
+
 pytest.importorskip("mxnet", reason="mxnet is not installed: tfring.mxnet is not built or tested")
 
-FILES = ["tests/mxnet_ranks/ranks_mxnet_collectives.py", "tests/mxnet_ranks/ranks_mxnet_training.py",
-         "tests/mxnet_ranks/ranks_mxnet_errors.py"]
+FILES = ["tests/mx/ranks_mxnet_collectives.py", "tests/mx/ranks_mxnet_training.py",
+         "tests/mx/ranks_mxnet_errors.py"]
 
 
 @pytest.mark.parametrize("np_", [2, 3])

@@ -1,4 +1,4 @@
-"""tfring.torch on real ranks: the rank-side files in tests/torch_ranks run under mpirun at np=2 and np=3, all in one
+"""tfring.torch on real ranks: the rank-side files in tests/pt run under mpirun at np=2 and np=3, all in one
 pytest process per np (each launch costs seconds); every rank checks its own values. The errors file goes last:
 it ends with a shutdown and a fresh init. (Not tests/torch/: with tests/ on sys.path, that directory would be
 importable as a namespace package `torch` where torch is not installed, and importorskip would not skip.)"""
@@ -6,9 +6,11 @@ import pytest
 
 from conftest import run_rank_pytest
 
+pytestmark = pytest.mark.slow  # real ranks under mpirun
+
 pytest.importorskip("torch", reason="torch is not installed: tfring.torch is not built or tested")
 
-FILES = ["tests/torch_ranks/ranks_torch_%s.py" % name for name in (
+FILES = ["tests/pt/ranks_torch_%s.py" % name for name in (
     "collectives", "autograd", "process_sets", "optimizer", "functions", "sync_bn", "errors")]
 
 

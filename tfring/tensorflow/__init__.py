@@ -30,3 +30,15 @@ from tfring.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: E4
 from tfring.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: E402
 from tfring.tensorflow import elastic  # noqa: E402 (hvd.elastic, as in Horovod)
 from tfring.version import __version__  # noqa: E402
+
+__all__ = [  # Horovod's horovod.tensorflow names (also `import tfring as hvd`'s)
+    "Adasum", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer", "Max", "Min",
+    "PartialDistributedGradientTape", "ProcessSet", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
+    "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast",
+    "broadcast_", "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables",
+    "ccl_built", "check_num_rank_power_of_2", "cross_rank", "cross_size", "cuda_built", "ddl_built", "elastic",
+    "global_process_set", "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce",
+    "grouped_reducescatter", "handle_average_backwards_compatibility", "init", "is_homogeneous", "is_initialized",
+    "join", "knob_table", "local_rank", "local_rank_op", "local_size", "local_size_op", "mpi_built", "mpi_enabled",
+    "mpi_threads_supported", "nccl_built", "process_set_included_op", "rank", "rank_op", "reducescatter",
+    "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline", "tunables"]
