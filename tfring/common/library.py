@@ -34,19 +34,57 @@ def installed_version(*distributions):
     return None
 
 
+_DISPLAY = {"tensorflow": "TensorFlow"}
+
+
 def check_built_for(framework, built_for, running):
     """ImportError naming the rebuild when a binding was built for another minor version of its framework."""
     def minor(version):
         return version.split("+")[0].split(".")[:2]
     if built_for and running and minor(built_for) != minor(running):
+        name = _DISPLAY.get(framework, framework)
         raise ImportError("tfring was built for %s %s but %s %s is installed. %s"
-                          % (framework, built_for, framework, running, REBUILD))
+                          % (name, built_for, name, running, REBUILD))
 
 
 def find_extension(subdir, pattern):
     """Path of a binding's extension (e.g. tensorflow/_tfring*.so), or None when it was not built."""
     found = glob.glob(os.path.join(PACKAGE_DIR, subdir, pattern))
     return found[0] if found else None
+
+
+def load_extension(framework, running, subdir, pattern, load):
+    """Loads a binding's extension the one way every binding does: the core first (by its path, so the extension's
+    dependency on it resolves to this copy: one runtime per process), the framework version it was built for
+    checked, then `load(path)`; every failure is an ImportError that says how to rebuild.
+
+    Args:
+        framework: its name in build_info.json and in messages ("tensorflow", "torch", "mxnet").
+        running: the framework's version in this process.
+        subdir, pattern: where the extension lies under tfring/ (e.g. "torch", "_tfring_torch*.so").
+        load: callable(path) -> the loaded extension.
+
+    Returns:
+        What `load` returned.
+
+    Raises:
+        ImportError: the extension is missing, was built for another version, or fails to load.
+    """
+    path = find_extension(subdir, pattern)
+    if path is None:
+        raise ImportError("tfring's %s extension is not built (no tfring/%s/%s): %s was not found when tfring "
+                          "was built. %s" % (framework, subdir, pattern, framework, REBUILD))
+    built_for = build_info().get(framework)
+    check_built_for(framework, built_for, running)
+    if os.path.exists(os.path.join(PACKAGE_DIR, CORE_LIBRARY)):
+        core()
+    else:
+        prepare_mpi_environment()  # a Bazel build: the core is inside TensorFlow's op library
+    try:
+        return load(path)
+    except Exception as e:  # noqa: BLE001 - the framework's own loader error, re-raised with the rebuild hint
+        raise ImportError("tfring's %s extension %s failed to load (%s %s, built for %s): %s. %s"
+                          % (framework, path, framework, running, built_for or "unknown", e, REBUILD)) from e
 
 
 def _wheel_prefix():

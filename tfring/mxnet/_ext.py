@@ -8,7 +8,6 @@ from tfring.common import basics as _basics
 from tfring.common import library as _lib
 from tfring.common.errors import HorovodInternalError
 
-_REBUILD = _lib.REBUILD + " An MXNet-only build: TFRING_WITHOUT_TENSORFLOW=1 TFRING_WITH_MXNET=1."
 
 # Core op types and status codes (tfring/cc/common/types.h, status.h).
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = 0, 1, 2, 3, 4
@@ -24,17 +23,7 @@ def _load():
     Raises:
         ImportError: the extension is missing, was built for another mxnet, or fails to load.
     """
-    _lib.core()  # first, by its path: the extension's dependency on the core resolves to this copy (one runtime)
-    built_for = _lib.build_info().get("mxnet")
-    _lib.check_built_for("mxnet", built_for, mx.__version__)
-    found = _lib.find_extension("mxnet", "_tfring_mxnet*.so")
-    if found is None:
-        raise ImportError("tfring's mxnet extension is not built (no tfring/mxnet/_tfring_mxnet*.so). " + _REBUILD)
-    try:
-        c = ctypes.CDLL(found)
-    except OSError as e:
-        raise ImportError("tfring's mxnet extension failed to load (mxnet %s): %s. %s"
-                          % (mx.__version__, e, _REBUILD)) from e
+    c = _lib.load_extension("mxnet", mx.__version__, "mxnet", "_tfring_mxnet*.so", ctypes.CDLL)
     vp, ip, i64p, i, d = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int64), \
         ctypes.c_int, ctypes.c_double
     strs = ctypes.POINTER(ctypes.c_char_p)

@@ -12,14 +12,10 @@ from tfring.common.reduce_ops import (Adasum, Average, Max, Min, Product, Sum,  
 
 
 def _load_extension():
-    _lib.core()  # the core first, by path: the extension's dependency on it resolves to this copy (one runtime)
-    built_for = _lib.build_info().get("torch")
-    _lib.check_built_for("torch", built_for, torch.__version__)
-    try:
+    def load(path):
         from tfring.torch import _tfring_torch
-    except ImportError as e:
-        raise ImportError("tfring's torch extension failed to load (torch %s, built for %s): %s. %s"
-                          % (torch.__version__, built_for or "unknown", e, _lib.REBUILD)) from e
+        return _tfring_torch
+    _tfring_torch = _lib.load_extension("torch", torch.__version__, "torch", "_tfring_torch*.so", load)
     # A worker failure (core status WORKERS_FAILED) raises the type the elastic run loop rolls back on.
     _tfring_torch.set_workers_failed_error(HorovodInternalError)
     return _tfring_torch
