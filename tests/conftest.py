@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tfring.runner.launch import kill_session  # noqa: F401 (the tests' helper too)
+from tfring.runner.processes import kill_session  # noqa: F401 (the tests' helper too)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -144,7 +144,7 @@ def test_slot_added_by_discovery_joins_and_gets_the_state(tmp_path, flavour):
 
 
 def _mpirun_below(pid):
-    from tfring.runner.launch import descendants
+    from tfring.runner.processes import descendants
     for child in descendants(pid):
         try:
             with open("/proc/%d/comm" % child) as f:

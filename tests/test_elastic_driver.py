@@ -14,20 +14,23 @@ import pytest
 
 from tfring.common.signed_channel import (BadRequest, DriverClient, DriverServer, ProtocolError, client_from_env,
                                      new_secret)
-from tfring.runner import elastic_driver as ed
-from tfring.runner.launch import main, parse, plan_elastic
+from tfring.runner.elastic import book as host_book
+from tfring.runner.elastic import discovery, hostnames
+from tfring.runner.elastic import driver as ed
+from tfring.runner.launch import main, parse
+from tfring.runner.mpirun import plan_elastic
 
 SECRET = new_secret()
 
 
 def test_parse_discovery_lines():
     text = "h1:2\n\n  h2  \nnode-3.example.com:4\nh1:2\n"
-    assert ed.parse_discovery(text, 3) == [("h1", 2), ("h2", 3), ("node-3.example.com", 4)]
-    assert ed.parse_discovery("", 1) == []
+    assert discovery.parse_discovery(text, 3) == [("h1", 2), ("h2", 3), ("node-3.example.com", 4)]
+    assert discovery.parse_discovery("", 1) == []
     for bad, words in [("h1:x", "line 1 'h1:x'"), ("h1\nh2:2:3", "line 2 'h2:2:3'"), ("h 1", "line 1 'h 1'"),
                        ("h1:-2", "line 1"), ("-h1", "line 1"), ("h1:2\nh1:3", "line 2 'h1:3': host h1 listed again")]:
         with pytest.raises(ValueError) as e:
-            ed.parse_discovery(bad, 1)
+            discovery.parse_discovery(bad, 1)
         assert words in str(e.value), e.value
 
 
@@ -39,14 +42,14 @@ def script(tmp_path, body, name="discover.sh"):
 
 
 def test_run_discovery(tmp_path):
-    assert ed.run_discovery(script(tmp_path, "echo h1:2; echo h2\n"), 4) == [("h1", 2), ("h2", 4)]
-    with pytest.raises(ed.DiscoveryError, match="exited with code 3: no cloud"):
-        ed.run_discovery(script(tmp_path, "echo no cloud >&2; exit 3\n"))
-    with pytest.raises(ed.DiscoveryError, match="line 2 'h2:x'"):
-        ed.run_discovery(script(tmp_path, "echo h1; echo h2:x\n"))
+    assert discovery.run_discovery(script(tmp_path, "echo h1:2; echo h2\n"), 4) == [("h1", 2), ("h2", 4)]
+    with pytest.raises(discovery.DiscoveryError, match="exited with code 3: no cloud"):
+        discovery.run_discovery(script(tmp_path, "echo no cloud >&2; exit 3\n"))
+    with pytest.raises(discovery.DiscoveryError, match="line 2 'h2:x'"):
+        discovery.run_discovery(script(tmp_path, "echo h1; echo h2:x\n"))
     start = time.monotonic()
-    with pytest.raises(ed.DiscoveryError, match="did not finish within 1 s"):
-        ed.run_discovery(script(tmp_path, "sleep 30 & echo $! > %s/bg.pid; sleep 30\necho h1\n" % tmp_path),
+    with pytest.raises(discovery.DiscoveryError, match="did not finish within 1 s"):
+        discovery.run_discovery(script(tmp_path, "sleep 30 & echo $! > %s/bg.pid; sleep 30\necho h1\n" % tmp_path),
                          timeout=1)
     assert time.monotonic() - start < 2.5  # the whole process group was killed: its pipes closed at once
     time.sleep(0.2)
@@ -58,10 +61,10 @@ def test_run_discovery(tmp_path):
 
 
 def test_poller_keeps_the_last_good_result_and_logs_each_error_once(tmp_path):
-    outputs = [[("h1", 2)], ed.DiscoveryError("line 1 'bad line': expected"), ed.DiscoveryError(
+    outputs = [[("h1", 2)], discovery.DiscoveryError("line 1 'bad line': expected"), discovery.DiscoveryError(
         "line 1 'bad line': expected"), [("h1", 2), ("h2", 1)]]
     lines = []
-    book = ed.HostBook(say=lines.append)
+    book = host_book.HostBook(say=lines.append)
 
     def discover():
         out = outputs.pop(0)
@@ -69,7 +72,7 @@ def test_poller_keeps_the_last_good_result_and_logs_each_error_once(tmp_path):
             raise out
         return out
 
-    poller = ed._Poller(discover, book, lines.append, "--host-discovery-script d.sh")
+    poller = discovery.Poller(discover, book, lines.append, "--host-discovery-script d.sh")
     assert poller.poll_once() and book.available == [("h1", 2)] and book.generation == 1
     assert not poller.poll_once() and not poller.poll_once()
     assert book.available == [("h1", 2)] and book.generation == 1
@@ -81,16 +84,17 @@ def test_poller_keeps_the_last_good_result_and_logs_each_error_once(tmp_path):
 
 def book_with(discovered, np_, **kw):
     lines = []
-    book = ed.HostBook(say=lines.append, **kw)
+    book = host_book.HostBook(say=lines.append, **kw)
     book.set_discovered(discovered)
-    book.set_placement(*ed._choose_hosts(book.available, np_, kw.get("max_np")))
+    book.set_placement(*host_book.choose_hosts(book.available, np_, kw.get("max_np")))
     return book, lines
 
 
 def test_hosts_add_is_free_slots_in_discovery_order_capped_by_max_np():
     hosts = [("h1", 2), ("h2", 2), ("h3", 1)]
-    assert ed._choose_hosts(hosts, 3) == ([("h1", 2), ("h2", 2)], 3)
-    assert ed._choose_hosts(hosts, 9, max_np=4) == (hosts[:2], 4) and ed._choose_hosts(hosts, 9) == (hosts, 5)
+    assert host_book.choose_hosts(hosts, 3) == ([("h1", 2), ("h2", 2)], 3)
+    assert host_book.choose_hosts(hosts, 9, max_np=4) == (hosts[:2], 4)
+    assert host_book.choose_hosts(hosts, 9) == (hosts, 5)
     book, _ = book_with(hosts, 3)
     assert book.occupancy == {"h1": 2, "h2": 1}
     reply = book.hosts({"rank": 0})
@@ -173,18 +177,18 @@ def test_reset_limit_is_logged_and_bad_payloads_refused():
 
 def test_canonical_host_names():
     me = socket.gethostname()
-    assert ed.canonical_host(me, ["h9", "localhost"]) == "localhost"
-    assert ed.canonical_host("localhost", ["h9", me]) == me
-    assert ed.canonical_host("127.0.0.1", ["h9", "localhost"]) == "localhost"
-    assert ed.canonical_host("h1.cluster.local", ["h1", "h2"]) == "h1"
-    assert ed.canonical_host("h2", ["h1", "h2.cluster.local"]) == "h2.cluster.local"
-    assert ed.canonical_host("10.0.0.7", ["10.0.0.1"]) == "10.0.0.7"  # no first-octet "short name" match
-    assert ed.canonical_host("h5", ["h1", "h2"]) == "h5"
+    assert hostnames.canonical_host(me, ["h9", "localhost"]) == "localhost"
+    assert hostnames.canonical_host("localhost", ["h9", me]) == me
+    assert hostnames.canonical_host("127.0.0.1", ["h9", "localhost"]) == "localhost"
+    assert hostnames.canonical_host("h1.cluster.local", ["h1", "h2"]) == "h1"
+    assert hostnames.canonical_host("h2", ["h1", "h2.cluster.local"]) == "h2.cluster.local"
+    assert hostnames.canonical_host("10.0.0.7", ["10.0.0.1"]) == "10.0.0.7"  # no first-octet "short name" match
+    assert hostnames.canonical_host("h5", ["h1", "h2"]) == "h5"
 
 
 def test_log_handler_over_http_is_one_flattened_line():
     lines = []
-    book = ed.HostBook(say=lines.append)
+    book = host_book.HostBook(say=lines.append)
     srv = DriverServer("127.0.0.1", SECRET, book.handlers(), log=io.StringIO()).start()
     try:
         client = DriverClient(srv.address, SECRET)
@@ -197,13 +201,13 @@ def test_log_handler_over_http_is_one_flattened_line():
 
 
 def test_bind_address():
-    assert ed._bind_address(["localhost", "127.0.0.1", socket.gethostname()]) == "127.0.0.1"
+    assert hostnames.bind_address(["localhost", "127.0.0.1", socket.gethostname()]) == "127.0.0.1"
     ip = shutil.which("ip")
     route = subprocess.run([ip, "-j", "route", "get", "198.51.100.7"], stdout=subprocess.PIPE, text=True) \
         if ip else None
     if not route or route.returncode != 0:
         pytest.skip("no route to a remote address here")
-    assert ed._bind_address(["localhost", "198.51.100.7"]) == json.loads(route.stdout)[0]["prefsrc"]
+    assert hostnames.bind_address(["localhost", "198.51.100.7"]) == json.loads(route.stdout)[0]["prefsrc"]
 
 
 # ---- flags and the planned command

@@ -1,5 +1,5 @@
-"""The ranks' exit reports (tfring/runner/elastic_exits.py) and how tfringrun uses them when mpirun dies after the
-ranks (tfring/runner/launch.run_command's `finished`); the end-to-end case is tests/test_multihost_elastic.py."""
+"""The ranks' exit reports (tfring/runner/elastic/exits.py) and how tfringrun uses them when mpirun dies after the
+ranks (tfring/runner/supervise.run_command's `finished`); the end-to-end case is tests/test_multihost_elastic.py."""
 import functools
 import io
 import os
@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from tfring.common.signed_channel import BadRequest, DriverServer, ProtocolError, client_from_env, new_secret
-from tfring.runner import elastic_driver as ed
-from tfring.runner.elastic_exits import ExitLedger
-from tfring.runner.launch import run_command
+from tfring.runner.elastic import driver as ed
+from tfring.runner.elastic.exits import ExitLedger
+from tfring.runner.supervise import run_command
 
 
 def test_ledger_needs_every_rank_of_one_world_and_no_failure():

@@ -1,4 +1,4 @@
-"""The slot launcher (tfring.runner.slots, slot_task, slot_agent, slot_rank) across emulated hosts (network
+"""The slot launcher (tfring.runner.slots: job, task, agent, rank) across emulated hosts (network
 namespaces, tests/hosts/): slots are plain Python processes calling serve_slot, 2 on h1 and 1 on h2; the driver
 (SlotJob) lives in this process, its socket in h1's namespace. The rank on h2 runs under a PRRTE daemon that
 slot_agent had h2's slot start. Every address in play is an emulated host's (Open MPI sees only those namespaces'
@@ -23,14 +23,14 @@ pytest.importorskip("torch", reason="torch is not installed: the ranks of this t
 from conftest import rank_env  # noqa: E402
 from test_multihost import NH  # noqa: E402
 
-from tfring.runner import slots  # noqa: E402
+from tfring.runner.slots import job as slots  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this test file
 NETNS_ENV = {"NETNS_HOSTS_PREFIX": "tfrs%d" % (os.getpid() % 1000),
              "NETNS_HOSTS_SUBNET": "10.233.%d" % (os.getpid() % 200)}
 LAYOUT = ["h1", "h1", "h2"]  # slot index -> emulated host
 SLOT = """import os, sys
-from tfring.runner.slot_task import serve_slot
+from tfring.runner.slots.task import serve_slot
 secret = os.environ.pop("TEST_SLOT_SECRET")  # from the environment: never on a command line
 serve_slot(sys.argv[1], secret, int(sys.argv[2]), host_id=sys.argv[3])
 """

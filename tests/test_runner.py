@@ -13,7 +13,8 @@ import pytest
 
 from conftest import HERE, ROOT, rank_env
 from tfring.runner.hosts import parse_hostfile, parse_hosts
-from tfring.runner.launch import build_command, parse
+from tfring.runner.launch import parse
+from tfring.runner.mpirun import build_command
 from tfring.runner.output import KEEP_LINES, Relay
 
 
@@ -311,7 +312,7 @@ class Launched:
 
     def kill_tree(self):
         """Clean-up of a launcher that outlived its test: SIGKILL it and everything below it."""
-        from tfring.runner.launch import descendants
+        from tfring.runner.processes import descendants
         for pid in descendants(self.proc.pid) + [self.proc.pid]:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -7,7 +7,8 @@ import pytest
 
 from tfring.runner.env import forwarded
 from tfring.runner.flags import UsageError
-from tfring.runner.launch import main, parse, plan
+from tfring.runner.launch import main, parse
+from tfring.runner.mpirun import plan
 
 # horovodrun 0.28.1 --help (and its hidden counterparts such as --no-autotune), every spelling.
 HOROVOD_FLAGS = """-h --help -v --version -np --num-proc -cb --check-build --disable-cache --start-timeout

@@ -19,9 +19,10 @@ pyspark = pytest.importorskip("pyspark")
 
 from conftest import local_spark  # noqa: E402
 from tfring.tensorflow.elastic import protocol  # noqa: E402
-from tfring.runner import slots  # noqa: E402
-from tfring.runner.launch import descendants  # noqa: E402
-from tfring.runner.slot_task import ExecService  # noqa: E402
+from tfring.common import launch_env  # noqa: E402
+from tfring.runner.processes import descendants  # noqa: E402
+from tfring.runner.slots import SlotJob, wire  # noqa: E402
+from tfring.runner.slots.exec_service import ExecService  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -197,7 +198,7 @@ def _post(address, path, body, headers):
 def test_unauthenticated_requests_are_refused_and_nothing_runs(tmp_path):
     secret, log = protocol.new_secret(), io.StringIO()
     service = ExecService("127.0.0.1", secret, log=log).start()
-    job = slots.SlotJob(2, "127.0.0.1", log=log).start()
+    job = SlotJob(2, "127.0.0.1", log=log).start()
     marker = tmp_path / "ran"
     spawn = json.dumps({"command": "touch %s" % marker}).encode()
     owner_stop = threading.Event()
@@ -219,7 +220,7 @@ def test_unauthenticated_requests_are_refused_and_nothing_runs(tmp_path):
         class Evil:
             def __reduce__(self):
                 return os.system, ("touch %s" % unpickled,)
-        evil = json.dumps({"rank": 0, "seq": 1, "ok": True, "value": slots.encode(Evil())}).encode()
+        evil = json.dumps({"rank": 0, "seq": 1, "ok": True, "value": wire.encode(Evil())}).encode()
         assert _post(job.address, "/result", evil, {})[0] == 403
         assert _post(job.address, "/register", b"not json", protocol.request_headers(
             job.secret, "/register", b"not json"))[0] == 400
@@ -267,9 +268,9 @@ def test_the_agent_relays_output_and_exit_code_through_a_task_service():
     thread = threading.Thread(target=owner, daemon=True)
     thread.start()
     try:
-        env = dict(os.environ, **{slots.HOSTS_ENV: json.dumps({"tfring-slot-host-1": service.address}),
-                                  slots.SECRET_ENV: secret})
-        agent = os.path.join(ROOT, "tfring", "runner", "slot_agent.py")
+        env = dict(os.environ, **{launch_env.SLOT_HOSTS: json.dumps({"tfring-slot-host-1": service.address}),
+                                  launch_env.SLOT_SECRET: secret})
+        agent = os.path.join(ROOT, "tfring", "runner", "slots", "agent.py")
         proc = subprocess.run([sys.executable, agent, "-x", "tfring-slot-host-1", "echo", "out;", "cat;",
                                "echo", "err", ">&2;", "exit", "3"], input=b"from stdin\n", env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
@@ -285,8 +286,8 @@ def test_the_agent_relays_output_and_exit_code_through_a_task_service():
 
 
 def test_encode_decode_round_trip():
-    assert slots.decode(slots.encode((len, (1,), {}))) == (len, (1,), {})
-    assert base64.b64decode(slots.encode(1))  # plain base64 text
+    assert wire.decode(wire.encode((len, (1,), {}))) == (len, (1,), {})
+    assert base64.b64decode(wire.encode(1))  # plain base64 text
 
 
 def test_more_ranks_than_the_cluster_can_run_at_once_fail_within_the_start_timeout(spark):

@@ -2,7 +2,7 @@
 the ranks only need the functions below, pickled by reference.
 
 Each rank keeps the executable object built at start(). A rank dies with its own actor through the slot launcher's
-watchdog (tfring.runner.slot_rank), which also tells the driver which worker (slot) each rank belongs to."""
+watchdog (tfring.runner.slots.rank), which also tells the driver which worker (slot) each rank belongs to."""
 import os
 
 _STATE = {"executable": None}
@@ -28,10 +28,10 @@ def setup(env_by_worker, executable_cls, executable_args, executable_kwargs):
     Raises:
         RuntimeError: the rank does not know its worker (the slot launcher could not find its slot).
     """
-    from tfring.runner.slots import SLOT_ENV
-    if SLOT_ENV not in os.environ:
+    from tfring.common.launch_env import SLOT_INDEX
+    if SLOT_INDEX not in os.environ:
         raise RuntimeError("tfring.ray: rank %d cannot tell which worker actor it belongs to" % _rank())
-    worker = int(os.environ[SLOT_ENV])
+    worker = int(os.environ[SLOT_INDEX])
     os.environ.update((env_by_worker or {}).get(worker) or {})
     if executable_cls is not None:
         _STATE["executable"] = executable_cls(*executable_args, **executable_kwargs)

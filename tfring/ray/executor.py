@@ -10,7 +10,8 @@ import warnings
 
 from tfring.ray import _rank
 from tfring.ray.worker import MAX_CONCURRENCY, SlotWorker
-from tfring.runner.slots import RankError, alive
+from tfring.runner.processes import alive
+from tfring.runner.slots import RankError
 
 
 def _nic_set(nics):
@@ -194,7 +195,7 @@ class RayExecutor:
             TimeoutError: the placement group or the workers did not start in time.
             ValueError: use_gpu on a cluster without GPUs.
         """
-        from tfring.runner.slot_task import route_address
+        from tfring.runner.slots.net import route_address
         from tfring.runner.slots import SlotJob
         if self.workers:
             raise RuntimeError("tfring.ray: start() was already called (call shutdown() first)")
@@ -334,7 +335,7 @@ class RayExecutor:
     def _wait_gone(self, timeout):
         # The rank processes end with the actors (SIGTERM from mpirun, or their slot watchdog); make shutdown() return
         # only once they have, so a new start() does not compete with them. Only this host's pids mean anything here.
-        from tfring.runner.slot_task import host_identity
+        from tfring.runner.slots.net import host_identity
         here = host_identity()
         pids = [p for i in self._infos if i.get("host") == here for p in (i.get("rank_pid"), i.get("pid")) if p]
         deadline = time.monotonic() + min(timeout, 20.0)

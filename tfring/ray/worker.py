@@ -1,5 +1,5 @@
 """The Ray actor behind each RayExecutor worker: a slot of a tfring.runner slot job. Its `serve` method runs
-tfring.runner.slot_task.serve_slot for the job's whole life in one of the actor's threads, so mpirun (slot 0) and
+tfring.runner.slots.task.serve_slot for the job's whole life in one of the actor's threads, so mpirun (slot 0) and
 the PRRTE daemons (first slot of each other host) are children of the actor and get SIGTERM when it dies
 (PR_SET_PDEATHSIG, set by the slot launcher); `info` stays callable meanwhile (a threaded actor)."""
 import os
@@ -26,7 +26,7 @@ class SlotWorker:
             "node_id" and "gpu_ids" (Ray's GPU ids for this actor).
         """
         import ray
-        from tfring.runner.slot_task import host_identity
+        from tfring.runner.slots.net import host_identity
         context = ray.get_runtime_context()
         return {"pid": os.getpid(), "hostname": socket.gethostname(), "host": host_identity(),
                 "ip": ray.util.get_node_ip_address(), "node_id": context.get_node_id(),
@@ -52,5 +52,5 @@ class SlotWorker:
         Returns:
             int: mpirun's exit code on worker 0 (None when it never ran), None on the others.
         """
-        from tfring.runner.slot_task import serve_slot
+        from tfring.runner.slots.task import serve_slot
         return serve_slot(driver, secret, self.index, bind_host=bind_host)

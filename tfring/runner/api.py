@@ -9,7 +9,9 @@ import tempfile
 import cloudpickle
 
 from tfring.runner.flags import UsageError
-from tfring.runner.launch import parse, plan, run_command
+from tfring.runner.launch import parse
+from tfring.runner.mpirun import plan
+from tfring.runner.supervise import run_command
 
 
 def _dumps(obj):

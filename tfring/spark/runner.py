@@ -20,7 +20,7 @@ STOP_GRACE = 15.0  # seconds the tasks have to end on their own before the Spark
 def _task(driver, secret, _partition):
     # Runs in the executor: one slot per partition of the barrier stage.
     from pyspark import BarrierTaskContext
-    from tfring.runner.slot_task import serve_slot
+    from tfring.runner.slots.task import serve_slot
     index = BarrierTaskContext.get().partitionId()
     serve_slot(driver, secret, index)
     return [index]

@@ -1,13 +1,15 @@
 """The host discovery script of an elastic job (horovodrun's --host-discovery-script): run it, parse its
-`host:slots` lines."""
+`host:slots` lines, poll it into the host book."""
 import os
 import re
 import signal
 import subprocess
+import threading
 
 from tfring.runner.flags import DEFAULT_SLOTS
 
 DISCOVERY_TIMEOUT = 10  # seconds one run of the discovery script may take
+POLL_INTERVAL = 1.0  # seconds between discovery runs
 _LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)(?::([0-9]+))?\Z")
 
 
@@ -83,3 +85,38 @@ def run_discovery(script, default_slots=DEFAULT_SLOTS, timeout=DISCOVERY_TIMEOUT
         return parse_discovery(out.decode(errors="replace"), default_slots)
     except ValueError as e:
         raise DiscoveryError(str(e)) from None
+
+
+class Poller:
+    """Runs discover() every `interval` s on a daemon thread into the book; a failed run is logged (once per
+    distinct error) and ignored: the last good result stays."""
+
+    def __init__(self, discover, book, say, label, interval=POLL_INTERVAL):
+        self.discover, self.book, self.say, self.label, self.interval = discover, book, say, label, interval
+        self._stop, self._thread, self._last_error = threading.Event(), None, None
+
+    def poll_once(self, then="this poll is ignored"):
+        try:
+            hosts = self.discover()
+        except DiscoveryError as e:
+            if str(e) != self._last_error:
+                self.say("%s: %s; %s" % (self.label, e, then))
+            self._last_error = str(e)
+            self.book.refresh()
+            return False
+        self._last_error = None
+        self.book.set_discovered(hosts)
+        return True
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            self.poll_once()
+
+    def start(self):
+        self._thread = threading.Thread(target=self._loop, name="tfring-elastic-discovery", daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)  # a daemon thread: a slow discovery run does not hold tfringrun's exit

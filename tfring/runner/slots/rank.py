@@ -1,4 +1,4 @@
-"""A rank of a slot job (tfring.runner.slots): fetches calls from the driver service, runs them and posts each
+"""A rank of a slot job (tfring.runner.slots.job): fetches calls from the driver service, runs them and posts each
 result (or traceback) back, until the driver says stop. Persistent ranks serve any number of calls (Ray); Spark's
 run() makes one. The function arrives pickled in a signed message: it is unpickled only after the signature check
 (tfring.common.signed_channel verifies every reply).
@@ -19,13 +19,11 @@ WATCH_PERIOD = 0.5  # seconds between two looks at the slot's process
 
 
 def _ancestors(pid):
-    from tfring.runner.slots import start_time
+    from tfring.runner.processes import parent, start_time
     seen = set()
     while pid > 1 and len(seen) < 64:
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+        ppid = parent(pid)
+        if ppid is None:
             break
         seen.add((pid, start_time(pid)))
         pid = ppid
@@ -61,7 +59,7 @@ def watch(rank, slot, client=None, log=sys.stderr):
         log: where the reason is written.
     """
     from tfring.common.signed_channel import ProtocolError
-    from tfring.runner.slots import alive
+    from tfring.runner.processes import alive
     index, pid, started = slot
     while alive(pid, started):
         time.sleep(WATCH_PERIOD)
@@ -88,7 +86,7 @@ def serve(client, rank, log=sys.stderr, slot=None):
         int: the exit code (0 when told to stop, 1 when the driver was lost).
     """
     from tfring.common.signed_channel import ProtocolError
-    from tfring.runner.slots import decode, encode
+    from tfring.runner.slots.wire import decode, encode
     seq, heard = 0, time.monotonic()
     while True:
         try:
@@ -122,40 +120,32 @@ def serve(client, rank, log=sys.stderr, slot=None):
                 time.sleep(1.0)
 
 
-def die_with_parent():
-    """Linux: this process is killed when its parent (mpirun or the PRRTE daemon) dies. PRRTE starts every rank
-    in a session of its own, so a daemon that dies abruptly (its slot's process was killed, taking the output
-    pipes with it) would otherwise leave the ranks running, orphaned, whatever they were doing."""
-    import ctypes
-    import signal
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent died before the call
-        os._exit(1)
-
-
 def main():
+    from tfring.common import launch_env
     from tfring.common.signed_channel import DriverClient
-    from tfring.runner import slots
-    die_with_parent()
+    from tfring.runner.processes import die_with_parent
+    from tfring.runner.slots.wire import MAX_BODY, SERVICE
+    # Killed with its parent (mpirun or the PRRTE daemon): PRRTE starts every rank in a session of its own, so a
+    # daemon that dies abruptly (its slot's process was killed, taking the output pipes with it) would otherwise
+    # leave the ranks running, orphaned, whatever they were doing.
+    if die_with_parent(signal.SIGKILL):
+        os._exit(1)  # the parent died before the call
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    slot = find_slot(json.loads(os.environ.get(slots.MAP_ENV) or "[]"),
+    slot = find_slot(json.loads(os.environ.get(launch_env.SLOT_MAP) or "[]"),
                      int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
-    driver, secret = os.environ[slots.DRIVER_ENV], os.environ[slots.SECRET_ENV]
+    driver, secret = os.environ[launch_env.SLOT_DRIVER], os.environ[launch_env.SLOT_SECRET]
     if slot is None:
         sys.stderr.write("tfring rank %d: cannot tell which slot it belongs to: it will not end with it\n" % rank)
     else:
-        os.environ[slots.SLOT_ENV] = str(slot[0])
-        quick = DriverClient(driver, secret, timeout=2.0, name=slots.SERVICE)
+        os.environ[launch_env.SLOT_INDEX] = str(slot[0])
+        quick = DriverClient(driver, secret, timeout=2.0, name=SERVICE)
         threading.Thread(target=watch, args=(rank, slot, quick), name="tfring-slot-watchdog", daemon=True).start()
-    client = DriverClient(driver, secret, timeout=30.0, name=slots.SERVICE, max_body=slots.MAX_BODY)
+    client = DriverClient(driver, secret, timeout=30.0, name=SERVICE, max_body=MAX_BODY)
     return serve(client, rank, slot=None if slot is None else slot[0])
 
 
 if __name__ == "__main__":
-    # Run as a script: drop this file's directory (tfring/runner) from sys.path so `tfring` resolves normally.
+    # Run as a script: drop this file's directory (tfring/runner/slots) from sys.path so `tfring` resolves normally.
     sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
     from tfring.common import library as _lib
     _lib.prepare_mpi_environment()

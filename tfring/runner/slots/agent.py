@@ -1,6 +1,6 @@
-"""PRRTE's ssh agent in a slot job (`--prtemca plm_ssh_agent "python slot_agent.py"`): called like ssh as
-`slot_agent.py [ssh options] HOST COMMAND...`, it asks HOST's task service (tfring.runner.slot_task.ExecService, found
-in $TFRING_SLOT_HOSTS) to run COMMAND, the PRRTE daemon, and relays its stdin, stdout, stderr and exit code, so the
+"""PRRTE's ssh agent in a slot job (`--prtemca plm_ssh_agent "python agent.py"`): called like ssh as
+`agent.py [ssh options] HOST COMMAND...`, it asks HOST's task service (exec_service.ExecService, found in
+$TFRING_SLOT_HOSTS) to run COMMAND, the PRRTE daemon, and relays its stdin, stdout, stderr and exit code, so the
 daemon and its ranks are children of that host's slot. SIGTERM/SIGINT/SIGHUP kill the remote command. The secret
 comes from $TFRING_SLOT_SECRET; a task service that stays unreachable for 30 s is a lost host (exit 255, as ssh)."""
 import base64
@@ -32,29 +32,21 @@ def split_argv(argv):
     while i < len(argv) and argv[i].startswith("-") and len(argv[i]) > 1:
         i += 2 if argv[i][-1] in _WITH_VALUE and len(argv[i]) == 2 else 1
     if i + 1 >= len(argv):
-        raise ValueError("usage: slot_agent.py [ssh options] HOST COMMAND...")
+        raise ValueError("usage: agent.py [ssh options] HOST COMMAND...")
     return argv[i], " ".join(argv[i + 1:])
 
 
-def _die_with_parent():
-    import ctypes
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: handled by stop() below
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
 def main(argv):
+    from tfring.common import launch_env
     from tfring.common.signed_channel import DriverClient, ProtocolError
-    from tfring.runner import slots
+    from tfring.runner.processes import die_with_parent
+    from tfring.runner.slots.wire import TASK_SERVICE
     try:
         host, command = split_argv(argv)
-        address = json.loads(os.environ.get(slots.HOSTS_ENV) or "{}").get(host)
+        address = json.loads(os.environ.get(launch_env.SLOT_HOSTS) or "{}").get(host)
         if not address:
-            raise ValueError("host %r is not one of this job's slots (%s)" % (host, slots.HOSTS_ENV))
-        client = DriverClient(address, os.environ[slots.SECRET_ENV], timeout=10.0, name=slots.TASK_SERVICE)
+            raise ValueError("host %r is not one of this job's slots (%s)" % (host, launch_env.SLOT_HOSTS))
+        client = DriverClient(address, os.environ[launch_env.SLOT_SECRET], timeout=10.0, name=TASK_SERVICE)
         reply = client.call("/spawn", {"command": command})
     except (ValueError, KeyError, ProtocolError) as e:
         sys.stderr.write("tfring slot agent: %s\n" % e)
@@ -68,7 +60,9 @@ def main(argv):
         stopped.append(signum)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, stop)
-    _die_with_parent()  # mpirun gone (e.g. after losing this host): no point polling a dead host for 30 s
+    # mpirun gone (e.g. after losing this host): no point polling a dead host for 30 s; stop() handles SIGTERM.
+    if die_with_parent(signal.SIGTERM):
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def pump_stdin():
         try:
@@ -107,6 +101,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    # Run as a script: drop this file's directory (tfring/runner) from sys.path so `tfring` resolves normally.
+    # Run as a script: drop this file's directory (tfring/runner/slots) from sys.path so `tfring` resolves normally.
     sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
     sys.exit(main(sys.argv[1:]))

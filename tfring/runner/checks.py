@@ -1,0 +1,182 @@
+"""What tfringrun's flags mean beyond parsing: each knob flag is one row of the runtime's knob table (TFRING_*
+variables for every rank); flags asking for a feature tfring does not build are refused in one line; values and the
+elastic flags are checked, and horovodrun's elastic defaults filled in."""
+import functools
+import os
+
+from tfring.runner.flags import UsageError, build_parser
+
+# dest -> (TFRING_ knob, conversion). Each knob is one row of the runtime's table (env.cc).
+KNOB_FLAGS = {
+    "fusion_threshold_mb": ("TFRING_FUSION_THRESHOLD", lambda v: str(int(float(v) * 1024 * 1024))),
+    "cycle_time_ms": ("TFRING_CYCLE_TIME", str),
+    "cache_capacity": ("TFRING_CACHE_CAPACITY", str),
+    "log_level": ("TFRING_LOG_LEVEL", lambda v: "error" if v.lower() == "fatal" else v.lower()),
+    "timeline_filename": ("TFRING_TIMELINE", str),
+    "timeline_mark_cycles": ("TFRING_TIMELINE_MARK_CYCLES", lambda v: "1" if v else "0"),
+    "no_stall_check": ("TFRING_STALL_CHECK_DISABLE", lambda v: "1" if v else "0"),
+    "stall_check_warning_time_seconds": ("TFRING_STALL_CHECK_TIME_SECONDS", str),
+    "stall_check_shutdown_time_seconds": ("TFRING_STALL_SHUTDOWN_TIME_SECONDS", str),
+    "hierarchical_allreduce": ("TFRING_HIERARCHICAL_ALLREDUCE", lambda v: "1" if v else "0"),
+    "hierarchical_allgather": ("TFRING_HIERARCHICAL_ALLGATHER", lambda v: "1" if v else "0"),
+    "autotune": ("TFRING_AUTOTUNE", lambda v: "1" if v else "0"),
+    "autotune_log_file": ("TFRING_AUTOTUNE_LOG", str),
+    "autotune_warmup_samples": ("TFRING_AUTOTUNE_WARMUP_SAMPLES", str),
+    "autotune_sample_seconds": ("TFRING_AUTOTUNE_SAMPLE_SECONDS", str),
+    "autotune_samples_per_candidate": ("TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", str),
+}
+
+# dest -> (asks for the unbuilt feature?, why it is refused). A value that asks for the feature to be off passes.
+REFUSED = {
+    "use_gloo": (bool, "the Gloo controller is not built in tfring (it runs on MPI); drop it or pass --mpi"),
+    "use_jsrun": (bool, "jsrun/LSF launching is not built in tfring; list the allocation's hosts with -H or "
+                        "-hostfile"),
+    "torus_allreduce": (bool, "torus allreduce is not built in tfring (it runs a ring allreduce)"),
+    "thread_affinity": (lambda v: v is not None, "pinning the background thread to a core is not built in tfring"),
+    "num_nccl_streams": (lambda v: v not in (None, 1), "tfring uses one NCCL stream per device; more streams "
+                                                       "are not built (pass 1 or drop it)"),
+}
+# Horovod's Bayesian-optimisation knobs: they only matter with autotune on, as in horovodrun.
+BAYES = {
+    "autotune_steps_per_sample": "tfring's autotune samples by time: use --autotune-sample-seconds",
+    "autotune_bayes_opt_max_samples": "tfring's autotune is a coordinate search, not Bayesian optimisation",
+    "autotune_gaussian_process_noise": "tfring's autotune is a coordinate search, not Bayesian optimisation",
+}
+NONNEGATIVE = ["fusion_threshold_mb", "cycle_time_ms", "cache_capacity", "autotune_warmup_samples",
+               "autotune_steps_per_sample", "autotune_bayes_opt_max_samples", "stall_check_warning_time_seconds",
+               "stall_check_shutdown_time_seconds", "num_nccl_streams", "thread_affinity", "gloo_timeout_seconds",
+               "start_timeout", "autotune_sample_seconds", "autotune_samples_per_candidate", "elastic_timeout",
+               "reset_limit"]
+
+
+def flag_name(dest, parser=None):
+    """The long flag for an argparse dest (for messages).
+
+    Args:
+        dest: the argparse dest, e.g. "min_num_proc".
+        parser: the parser (default build_parser()).
+
+    Returns:
+        str: e.g. "--min-np".
+    """
+    for action in (parser or build_parser())._actions:
+        if action.dest == dest and action.option_strings:
+            longs = [o for o in action.option_strings if o.startswith("--")]
+            return (longs or action.option_strings)[0]
+    return "--" + dest.replace("_", "-")
+
+
+def _where(origin, dest):  # the flag or config key that set dest
+    return origin.get(dest) or flag_name(dest)
+
+
+def check(args):
+    """Checks parsed arguments (and fills in the elastic defaults, see check_elastic).
+
+    Args:
+        args: parsed arguments (after the config file).
+
+    Raises:
+        UsageError: naming the flag (or config key) that asks for an unbuilt feature or has a bad value.
+    """
+    where = functools.partial(_where, getattr(args, "origin", {}))
+    for dest, (asks, why) in REFUSED.items():
+        value = getattr(args, dest, None)
+        if asks(value):
+            raise UsageError("%s: %s" % (where(dest), why))
+    if args.autotune:
+        for dest, why in BAYES.items():
+            if getattr(args, dest, None) is not None:
+                raise UsageError("%s: %s" % (where(dest), why))
+    for dest in NONNEGATIVE:
+        value = getattr(args, dest, None)
+        if value is not None and value < 0:
+            raise UsageError("%s: %s must be >= 0" % (where(dest), value))
+    noise = args.autotune_gaussian_process_noise
+    if noise is not None and not 0 <= noise <= 1:
+        raise UsageError("%s: %s must be in [0, 1]" % (where("autotune_gaussian_process_noise"), noise))
+    if args.np is not None and args.np < 1:
+        raise UsageError("-np: must be a positive number of processes, got %d" % args.np)
+    check_elastic(args, where)
+
+
+def is_elastic(args):
+    """Whether the command line asks for elastic training (as horovodrun: a discovery script or --min-np; also
+    --max-np).
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        bool
+    """
+    return any(getattr(args, d, None) is not None for d in ("host_discovery_script", "min_num_proc", "max_num_proc"))
+
+
+def check_elastic(args, where=flag_name):
+    """Checks the elastic flags and fills in horovodrun's defaults: -np from --min-np and --min-np from -np.
+
+    Args:
+        args: parsed arguments (changed in place).
+        where: dest -> the flag (or config key) to name in messages.
+
+    Raises:
+        UsageError: naming the flag and the value.
+    """
+    if not is_elastic(args):
+        for dest in ("slots", "elastic_timeout", "reset_limit", "cooldown_range"):
+            if getattr(args, dest, None) is not None:
+                raise UsageError("%s: only used in elastic mode (add --min-np, --max-np or --host-discovery-script)"
+                                 % where(dest))
+        return
+    min_np, max_np = args.min_num_proc, args.max_num_proc
+    if min_np is not None and min_np < 1:
+        raise UsageError("%s: must be at least 1, got %d" % (where("min_num_proc"), min_np))
+    if max_np is not None and max_np < 1:
+        raise UsageError("%s: must be at least 1, got %d" % (where("max_num_proc"), max_np))
+    if min_np is not None and max_np is not None and min_np > max_np:
+        raise UsageError("%s: %d is above --max-np %d" % (where("min_num_proc"), min_np, max_np))
+    if args.np is None and min_np is None:
+        raise UsageError("%s: elastic mode needs -np or --min-np (the number of processes to start with)"
+                         % where("max_num_proc" if args.host_discovery_script is None else "host_discovery_script"))
+    args.np = min_np if args.np is None else args.np
+    args.min_num_proc = min_np = args.np if min_np is None else min_np
+    if args.np < min_np:
+        raise UsageError("-np: %d is below --min-np %d" % (args.np, min_np))
+    if max_np is not None and args.np > max_np:
+        raise UsageError("-np: %d is above --max-np %d" % (args.np, max_np))
+    if args.slots is not None and args.slots < 1:
+        raise UsageError("%s: must be at least 1, got %d" % (where("slots"), args.slots))
+    if args.cooldown_range is not None:
+        low, high = args.cooldown_range
+        if low < 0 or low > high:
+            raise UsageError("%s: %d %d: expected 0 <= MIN <= MAX seconds" % (where("cooldown_range"), low, high))
+    script = args.host_discovery_script
+    if script is not None:
+        what = ("does not exist" if not os.path.exists(script) else "is not a file" if not os.path.isfile(script)
+                else "is not executable (chmod +x it)" if not os.access(script, os.X_OK) else None)
+        if what:
+            raise UsageError("%s %s: %s" % (where("host_discovery_script"), script, what))
+        args.host_discovery_script = os.path.abspath(script)
+
+
+def knob_env(args):
+    """The variables the flags set for every rank.
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        dict: {name: value}.
+    """
+    env = {}
+    for dest, (knob, conv) in KNOB_FLAGS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            env[knob] = conv(value)
+    if args.mpi_threads_disable:
+        # mpi4py initialises MPI; tfring calls MPI from its one background thread after init on the main thread.
+        env["MPI4PY_RC_THREAD_LEVEL"] = "serialized"
+    if args.tcp_flag:
+        env["NCCL_IB_DISABLE"] = "1"  # as horovodrun --tcp
+    return env

@@ -1,0 +1,164 @@
+"""tfringrun in elastic mode (--min-np, --max-np or --host-discovery-script): polls the discovery script, keeps the
+available hosts (discovered minus blacklisted) and where the job's ranks are, starts `mpirun --with-ft ulfm` on
+enough of them, and answers the ranks over an authenticated HTTP channel (tfring.common.signed_channel): `/hosts` (the
+available hosts and the free slots the job may grow into), `/reset` (the job's placement after a failure or a
+growth: blacklisting is decided here, see book.HostBook), `/log` (a rank's line on tfringrun's stderr) and `/exit`
+(each rank's status at exit, exits.py), on one listener per interface the hosts reach (listeners.py). The ranks
+shrink and grow the job themselves (ULFM shrink, MPI_Comm_spawn); this driver only keeps the books."""
+import functools
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+
+from tfring.common import launch_env
+from tfring.common.signed_channel import new_secret
+from tfring.runner.elastic.book import HostBook, choose_hosts
+from tfring.runner.elastic.discovery import Poller, run_discovery
+from tfring.runner.elastic.exits import ExitLedger
+from tfring.runner.elastic.hostnames import bind_address
+from tfring.runner.elastic.listeners import Listeners
+from tfring.runner.flags import DEFAULT_SLOTS, UsageError
+from tfring.runner.mpirun import elastic_timeout, host_list, plan_elastic
+from tfring.runner.output import stamp
+from tfring.runner.supervise import run_command
+
+
+def _wait_for_slots(book, need, timeout, say):
+    deadline = time.monotonic() + timeout
+    if sum(s for _, s in book.refresh()) < need:
+        say("waiting up to %d s (--elastic-timeout) for --min-np %d slots" % (timeout, need))
+    while sum(s for _, s in book.refresh()) < need:
+        if time.monotonic() >= deadline:
+            say("only %d slots available after %d s (--min-np %d)" % (sum(s for _, s in book.refresh()), timeout,
+                                                                      need))
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _hosts_with_drivers(book, listeners, payload):
+    # /hosts, plus for each host offered for growth the driver's address on the route to it (rank 0 passes it to
+    # the processes it spawns there: a job started on 127.0.0.1 alone is not reachable from a new remote host).
+    reply = book.hosts(payload)
+    reply["drivers"] = listeners.drivers_for(reply["add"])
+    return reply
+
+
+def _finished(exits, rc):
+    size = exits.finished_size()
+    if size is None:
+        return None
+    return ("every rank of the final %d reported success, but mpirun ended with exit code %d after them (Open MPI "
+            "5.0.11 can crash in its teardown after a spawn onto an added host; see docs/elastic.md): the job "
+            "succeeded" % (size, rc))
+
+
+def _launch_until_done(args, book, exits, listeners, secret, state_dir, environ, stderr, say, timeout):
+    """Runs mpirun; when Open MPI lost a host (ULFM survives lost processes, not lost hosts: PRRTE ends the
+    job), blacklists it and starts the job again on the remaining hosts, resuming from the last commit on disk."""
+    extra = {launch_env.ELASTIC_STATE_DIR: state_dir}
+    while True:
+        available = book.refresh()
+        hosts, np_ = choose_hosts(available, args.np, args.max_num_proc)
+        try:
+            address = listeners.address_for([h for h, _ in hosts])
+        except (RuntimeError, OSError) as e:
+            say("cannot serve the ranks on %s: %s" % (",".join(h for h, _ in hosts), e))
+            return 1
+        cmd, env = plan_elastic(args, hosts, np_, address, secret, environ, extra_env=extra)
+        book.set_placement(hosts, np_)
+        if args.verbose:
+            print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+        report = {}
+        exits.clear()
+        rc = run_command(cmd, args.output_filename, stderr=stderr, env=env,
+                         timestamp_output=bool(args.prefix_output_with_timestamp),
+                         timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,
+                         num_ranks=args.num_ranks, report=report, finished=functools.partial(_finished, exits))
+        lost = report.get("lost_host")
+        if rc == 0 or not (lost or rc < 0):
+            return rc
+        # A lost host, or mpirun itself killed by a signal (Open MPI 5.0.11's prterun can crash while spawning
+        # onto an added host, docs/elastic.md): either way the ranks are gone and the job restarts.
+        what = "lost host %s" % lost if lost else "mpirun died of signal %d" % -rc
+        resets = book.lost(lost)
+        if args.reset_limit is not None and resets > args.reset_limit:
+            say("%s; the job was reset %d times (--reset-limit %d): not restarting it" % (
+                what, resets, args.reset_limit))
+            return rc if rc > 0 else 1
+        say("%s: starting the job again on the %s hosts from the last commit" % (
+            what, "remaining" if lost else "available"))
+        if not _wait_for_slots(book, args.min_num_proc, timeout, say):
+            return rc if rc > 0 else 1
+        extra[launch_env.ELASTIC_RESTART] = "1"
+
+
+def _fixed_hosts(args):  # without a discovery script: -H, --hostfile, else localhost with -np slots
+    hosts = host_list(args) or [("localhost", args.np)]
+    total = sum(s for _, s in hosts)
+    if total < args.min_num_proc:
+        raise UsageError("--min-np: %d is more than the %d slots of %s" % (
+            args.min_num_proc, total, "-H" if args.hosts else "--hostfile"))
+    return hosts
+
+
+def run_elastic(args, environ=None, stderr=None):
+    """tfringrun in elastic mode: discovery, the driver's server, mpirun; returns when mpirun exits.
+
+    Args:
+        args: parsed, checked arguments (flags.is_elastic(args) is true).
+        environ: the launcher's environment (default os.environ).
+        stderr: where tfringrun's own lines go (default sys.stderr).
+
+    Returns:
+        int: mpirun's exit code (0: the job succeeded); 1 when discovery fails at once or too few slots come
+        within --elastic-timeout; 130 on Ctrl-C while waiting.
+
+    Raises:
+        UsageError: a bad host list or environment value.
+    """
+    stderr = stderr or sys.stderr
+    environ = os.environ if environ is None else environ
+    timeout = elastic_timeout(args, environ)
+
+    def say(message):
+        stderr.write("%stfringrun: elastic: %s\n" % (stamp() + " " if args.log_with_timestamp else "", message))
+        stderr.flush()
+
+    if args.host_discovery_script:
+        label = "--host-discovery-script %s" % args.host_discovery_script
+        discover = functools.partial(run_discovery, args.host_discovery_script, args.slots or DEFAULT_SLOTS)
+    else:
+        label, discover = "hosts", _fixed_hosts(args).copy
+    book = HostBook(args.max_num_proc, args.cooldown_range, args.reset_limit, say)
+    poller = Poller(discover, book, say, label)
+    if not poller.poll_once(then="the first run must succeed (as horovodrun)"):
+        return 1
+    poller.start()
+    try:
+        if not _wait_for_slots(book, args.min_num_proc, timeout, say):
+            return 1
+        secret = new_secret()
+        try:
+            exits = ExitLedger()
+            handlers = dict(book.handlers(), **{"/exit": exits.record})
+            listeners = Listeners(bind_address, secret, handlers, log=stderr)
+            handlers["/hosts"] = functools.partial(_hosts_with_drivers, book, listeners)
+            listeners.address_for([h for h, _ in book.refresh()])  # fails early, as before the first launch
+        except (RuntimeError, OSError) as e:
+            say("cannot start the driver: %s" % e)
+            return 1
+        state_dir = tempfile.mkdtemp(prefix="tfring-elastic-")  # mode 0700: committed state for a restart
+        try:
+            return _launch_until_done(args, book, exits, listeners, secret, state_dir, environ, stderr, say, timeout)
+        finally:
+            listeners.stop()
+            shutil.rmtree(state_dir, ignore_errors=True)
+    except KeyboardInterrupt:
+        say("stopped while waiting for slots")
+        return 130
+    finally:
+        poller.stop()

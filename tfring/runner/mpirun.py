@@ -1,0 +1,222 @@
+"""The mpirun command line of a job: the mpirun of the MPI tfring was built with, plus what Open MPI needs so a user
+never sees a setup error (root, more ranks than cores, core binding), the launcher's environment forwarded to every
+host, the flags' knobs, and for an elastic job ULFM and the ranks' side of the launcher<->rank contract
+(tfring.common.launch_env)."""
+import argparse
+import json
+import os
+import shlex
+import sys
+
+from tfring.common import launch_env
+from tfring.runner.checks import knob_env
+from tfring.runner.env import export_args
+from tfring.runner.flags import DEFAULT_ELASTIC_TIMEOUT, UsageError
+from tfring.runner.hosts import parse_hostfile, parse_hosts
+from tfring.runner.info import mpirun_path
+from tfring.runner.output import STARTED
+
+LOCAL_NAMES = ("localhost", "127.0.0.1")
+# Fail within seconds (not ~8 minutes) when a link between hosts dies: TCP keepalive on PRRTE's daemons.
+KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "3", "--mca", "oob_tcp_keepalive_intvl", "1",
+             "--mca", "oob_tcp_keepalive_probes", "3"]
+# --tcp: point-to-point over the TCP BTL only (shared memory within a host stays: it is not a network).
+TCP_ONLY = ["--mca", "pml", "ob1", "--mca", "btl", "tcp,sm,self"]
+DEFAULT_START_TIMEOUT = 30
+
+
+def start_timeout(args, environ, remote):
+    """Seconds every rank has to start: the flag, else $TFRING_START_TIMEOUT / $HOROVOD_START_TIMEOUT, else 30 when
+    there are remote hosts (horovodrun's default; an unreachable host otherwise hangs mpirun) and none locally.
+
+    Args:
+        args: parsed arguments.
+        environ: the launcher's environment.
+        remote: whether any host is remote.
+
+    Returns:
+        int: seconds (0: no deadline).
+
+    Raises:
+        UsageError: a malformed environment value.
+    """
+    if args.start_timeout is not None:
+        return args.start_timeout
+    for name in ("TFRING_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
+        if environ.get(name):
+            try:
+                return int(environ[name])
+            except ValueError:
+                raise UsageError("%s=%r: expected a whole number of seconds" % (name, environ[name]))
+    return DEFAULT_START_TIMEOUT if remote else 0
+
+
+def host_list(args):
+    """The hosts of -H or --hostfile.
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        list | None: [(host, slots), ...], None when neither flag is given.
+
+    Raises:
+        UsageError: both flags, an unreadable file or a malformed entry.
+    """
+    if args.hosts and args.hostfile:
+        raise UsageError("pass -H/--hosts or -hostfile/--hostfile, not both")
+    try:
+        return parse_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts) if args.hosts else None
+    except OSError as e:
+        raise UsageError("--hostfile %s: cannot read it: %s" % (args.hostfile, e.strerror or e))
+    except ValueError as e:
+        raise UsageError(str(e))
+
+
+def elastic_timeout(args, environ):
+    """Seconds an elastic job waits for --min-np slots: --elastic-timeout, else $HOROVOD_ELASTIC_TIMEOUT, else 600
+    (horovodrun's default).
+
+    Args:
+        args: parsed arguments.
+        environ: the launcher's environment.
+
+    Returns:
+        int: seconds.
+
+    Raises:
+        UsageError: a malformed $HOROVOD_ELASTIC_TIMEOUT.
+    """
+    if args.elastic_timeout is not None:
+        return args.elastic_timeout
+    value = environ.get("HOROVOD_ELASTIC_TIMEOUT")
+    if value:
+        try:
+            return int(value)
+        except ValueError:
+            raise UsageError("HOROVOD_ELASTIC_TIMEOUT=%r: expected a whole number of seconds" % value) from None
+    return DEFAULT_ELASTIC_TIMEOUT
+
+
+def rank_command(args):
+    """The command every rank execs: args.command with a bare `python`/`python3` made the interpreter tfring is
+    installed in (even when its venv is not activated).
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        list: the command (not wrapped by the start announcement).
+    """
+    command = list(args.command)
+    if command[:1] and command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    return command
+
+
+def plan(args, environ=None):
+    """The mpirun command line and its environment for parsed args.
+
+    Args:
+        args: parsed arguments (start_deadline and num_ranks are set on it for run_command).
+        environ: the launcher's environment (default os.environ).
+
+    Returns:
+        tuple: (command list, environment dict).
+
+    Raises:
+        UsageError: no -np and no hosts, or a bad host list.
+    """
+    env = dict(os.environ if environ is None else environ)
+    hosts = host_list(args)
+    np_ = args.np or (sum(s for _, s in hosts) if hosts else None)
+    if not np_:
+        raise UsageError("-np: give the number of processes (or -H/--hostfile to use all their slots)")
+    slots = sum(s for _, s in hosts) if hosts else np_
+    local_only = not hosts or all(h in LOCAL_NAMES for h, _ in hosts)
+    cmd = [mpirun_path(), "-np", str(np_), "--output", "tag",
+           "--host", ",".join("%s:%d" % h for h in hosts) if hosts else "localhost:%d" % np_]
+    cmd += shlex.split(args.binding_args) if args.binding_args else ["--bind-to", "none"]
+    if np_ > slots or (local_only and np_ > (os.cpu_count() or 1)):
+        cmd += ["--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd += ["--allow-run-as-root"]
+    if not local_only:
+        cmd += KEEPALIVE
+    if args.tcp_flag:
+        cmd += TCP_ONLY
+    if args.nics:
+        nics = ",".join(args.nics)
+        cmd += ["--mca", "btl_tcp_if_include", nics, "--mca", "oob_tcp_if_include", nics]
+        if not any("/" in n for n in args.nics):  # NCCL takes names only, not subnets
+            env.setdefault("NCCL_SOCKET_IFNAME", nics)  # as horovodrun
+    ssh = []
+    if args.ssh_port:
+        ssh += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        ssh += ["-i", args.ssh_identity_file]
+    if ssh:
+        cmd += ["--prtemca", "plm_ssh_args", " ".join(ssh)]
+    env.update(knob_env(args))
+    command = rank_command(args)
+    # Open MPI's --spawn-timeout does not cover daemons stuck in ssh: each rank announces its start instead (one
+    # line on stderr that the relay swallows) before exec'ing the command.
+    args.start_deadline, args.num_ranks = start_timeout(args, env, not local_only), np_
+    if args.start_deadline:
+        command = ["/bin/sh", "-c", 'echo %s >&2; exec "$@"' % STARTED.decode(), "tfringrun"] + command
+    cmd += export_args(env)  # every variable reaches the ranks on every host, as with horovodrun
+    cmd += shlex.split(args.mpi_args or "")
+    return cmd + command, env
+
+
+def plan_elastic(args, hosts, np_, address, secret, environ=None, extra_env=None):
+    """plan() for an elastic job on the given hosts, plus `mpirun --with-ft ulfm` (ULFM: survivors see a dead rank
+    as an error instead of being killed) and the ranks' TFRING_ELASTIC_* variables. The secret goes into the
+    environment only: mpirun forwards it by name (-x), so its value is never on a command line.
+
+    Args:
+        args: parsed arguments (start_deadline and num_ranks are set on it, as plan does).
+        hosts: [(host, slots), ...] to start on.
+        np_: ranks to start.
+        address: the elastic driver's "host:port".
+        secret: the job's secret (tfring.common.signed_channel.new_secret()).
+        environ: the launcher's environment (default os.environ); TFRING_ELASTIC_* values in it (an outer job's) are
+            dropped.
+        extra_env: more variables for the ranks (e.g. TFRING_ELASTIC_* of a restart), set last.
+
+    Returns:
+        tuple: (mpirun command list, its environment dict).
+    """
+    # Every TFRING_ELASTIC* name starts with launch_env.ELASTIC: an outer job's values are dropped.
+    env = {k: v for k, v in (os.environ if environ is None else environ).items()
+           if not k.startswith(launch_env.ELASTIC)}
+    env.update({
+        launch_env.ELASTIC: "1", launch_env.ELASTIC_DRIVER: address, launch_env.ELASTIC_SECRET: secret,
+        launch_env.ELASTIC_MIN_NP: str(args.min_num_proc), launch_env.ELASTIC_MAX_NP: str(args.max_num_proc or 0),
+        launch_env.ELASTIC_TIMEOUT: str(elastic_timeout(args, env)),
+        launch_env.ELASTIC_RESET_LIMIT: str(-1 if args.reset_limit is None else args.reset_limit),
+        launch_env.ELASTIC_COMMAND: json.dumps(rank_command(args)),  # what new ranks run (MPI_Comm_spawn)
+        # hosts may come: commits go to disk
+        launch_env.ELASTIC_DISCOVERY: "1" if args.host_discovery_script else "0",
+    }, **(extra_env or {}))
+    sub = argparse.Namespace(**vars(args))
+    sub.hosts, sub.hostfile, sub.np = ",".join("%s:%d" % h for h in hosts), None, np_
+    cmd, env = plan(sub, env)
+    args.start_deadline, args.num_ranks = sub.start_deadline, sub.num_ranks
+    # Slots are the driver's books: MPI_Comm_spawn must not be refused for a host PRRTE thinks is full.
+    extra = [] if "--oversubscribe" in cmd else ["--oversubscribe"]
+    return cmd[:1] + ["--with-ft", "ulfm"] + extra + cmd[1:], env
+
+
+def build_command(args, environ=None):
+    """plan()'s command alone.
+
+    Args:
+        args: parsed arguments.
+        environ: the launcher's environment (default os.environ).
+
+    Returns:
+        list: the mpirun command.
+    """
+    return plan(args, environ)[0]
+

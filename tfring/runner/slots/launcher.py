@@ -1,0 +1,133 @@
+"""Slot 0's mpirun: the job the driver hands over, run as a child of the slot's own thread, its output relayed to
+the driver's `/output` and its exit (code and failure summary) reported to `/exit`."""
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+
+from tfring.common import launch_env
+from tfring.common.signed_channel import ProtocolError
+from tfring.runner.launch import parse
+from tfring.runner.mpirun import plan
+from tfring.runner.output import Relay, failure_summary
+from tfring.runner.processes import die_with_parent, terminate
+from tfring.runner.slots.net import route_address
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class _Forward:
+    """A text stream whose writes reach the driver's /output, batched every 0.2 s (mpirun's relay writes here)."""
+
+    def __init__(self, client, stream):
+        self.client, self.stream, self.buf, self.lock = client, stream, [], threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def write(self, text):
+        with self.lock:
+            self.buf.append(text)
+
+    def flush(self):
+        pass
+
+    def _send(self):
+        with self.lock:
+            data, self.buf = "".join(self.buf), []
+        if data:
+            try:
+                self.client.call("/output", {"stream": self.stream, "data": data})
+            except ProtocolError:
+                pass  # the driver went away: the slot stops on its next status poll
+
+    def _run(self):
+        while not self.done.wait(0.2):
+            self._send()
+        self._send()
+
+    def close(self):
+        self.done.set()
+        self.thread.join(10)
+
+
+class Launcher:
+    """Slot 0's mpirun for the job the driver handed over; reports its exit (code and failure summary) to the
+    driver. Constructed in the slot's own thread (mpirun is that thread's child).
+
+    Args:
+        client: the DriverClient of the slot.
+        spec: the driver's launch spec (service.SlotService._launch_spec).
+        secret: the job's secret (put in mpirun's environment, forwarded by name).
+    """
+
+    def __init__(self, client, spec, secret):
+        self.client, self.rc = client, None
+        env = dict(os.environ if spec.get("env") is None else spec["env"])
+        env.update({launch_env.SLOT_DRIVER: client.address, launch_env.SLOT_SECRET: secret,
+                    launch_env.SLOT_HOSTS: json.dumps({h: a for h, _, a in spec["hosts"][1:]}),
+                    launch_env.SLOT_MAP: json.dumps(spec.get("slots") or [])})
+        python = spec.get("executable") or sys.executable
+        hosts = ",".join("%s:%d" % (h, n) for h, n, _ in spec["hosts"])
+        argv = ["-np", str(spec["np"]), "-H", hosts, "--start-timeout", str(spec["start_timeout"])] + \
+            list(spec.get("args") or []) + ["--", python, os.path.join(HERE, "rank.py")]
+        args = parse(argv)
+        cmd, env = plan(args, env)
+        extra = []
+        if len(spec["hosts"]) > 1:
+            # The other hosts' daemons: started by the agent through their slot's task service, each a child of
+            # that slot (no tree spawn: only this slot knows the hosts; attached: no --daemonize, which would
+            # detach the daemon from the slot).
+            extra += ["--prtemca", "plm_ssh_agent", "%s %s" % (python, os.path.join(HERE, "agent.py")),
+                      "--prtemca", "plm_ssh_no_tree_spawn", "1", "--leave-session-attached"]
+        if not args.nics:
+            # Rank traffic on the networks of the interfaces the slots reach the driver on (shared memory within a
+            # host). The daemons get the same values: each host must find its own interface in them (a list of
+            # each host's address/32 breaks PRRTE's out-of-band setup), hence the networks.
+            networks = spec.get("networks") or [route_address(client.host) + "/32"]
+            include = ",".join(sorted(set(networks)))
+            extra += ["--mca", "btl_tcp_if_include", include]
+            # PRRTE 3.0 never gives a remote daemon a loopback out-of-band address: several "hosts" on one machine
+            # (TFRING_SLOT_HOST_ID tests) leave PRRTE its default choice.
+            if len(spec["hosts"]) > 1 and not any(n.startswith("127.") for n in networks):
+                extra += ["--mca", "oob_tcp_if_include", include]
+        self.cmd = cmd[:1] + extra + cmd[1:]
+        self.relay = Relay()
+        self.relay.expected, self.np, self.start_timeout = args.num_ranks, args.num_ranks, args.start_deadline
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                     start_new_session=True, preexec_fn=die_with_parent)
+        self.out, self.err = _Forward(client, "stdout"), _Forward(client, "stderr")
+        if args.verbose:
+            self.err.write("tfring: %s\n" % " ".join(shlex.quote(c) for c in self.cmd))
+        self.late = []
+        threading.Thread(target=self._wait, daemon=True).start()
+
+    def _wait(self):
+        pumps = [threading.Thread(target=self.relay.pump, args=(self.proc.stdout, self.out), daemon=True),
+                 threading.Thread(target=self.relay.pump, args=(self.proc.stderr, self.err), daemon=True)]
+        for t in pumps:
+            t.start()
+        if self.start_timeout and not self.relay.all_started.wait(self.start_timeout) and self.proc.poll() is None:
+            self.late = sorted(set(range(self.np)) - self.relay.started)
+            terminate(self.proc)
+        rc = self.proc.wait()
+        for t in pumps:
+            t.join(5)
+        self.relay.close()
+        self.out.close()
+        self.err.close()
+        if self.late:
+            summary = "ranks %s did not start within %d s" % (",".join(map(str, self.late)), self.start_timeout)
+        else:
+            summary = failure_summary(rc, self.relay.untagged) if rc else ""
+        self.rc = rc
+        try:
+            self.client.call("/exit", {"rc": rc, "summary": summary})
+        except ProtocolError:
+            pass
+
+    def stop(self):
+        """Ends mpirun and every rank (SIGTERM, SIGKILL after a grace period)."""
+        terminate(self.proc, grace=5.0)

@@ -1,0 +1,114 @@
+"""Supervises one mpirun: relays its output tagged by rank (output.Relay), forwards Ctrl-C/SIGTERM to every rank
+(SIGKILL after 5 s), stops a job whose ranks do not start in time, takes the ranks an mpirun that died left behind,
+and reports which rank failed."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from tfring.runner.output import Relay, failure_summary, lost_host, stamp
+from tfring.runner.processes import descendants, kill_session
+
+
+def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timestamp_output=False,
+                timestamp_logs=False, start_timeout=0, num_ranks=0, report=None, finished=None):
+    """Runs mpirun; returns its exit code. SIGINT/SIGTERM stop every rank (SIGKILL after 5 s), as does a rank
+    that has not started within start_timeout seconds (the command must then be wrapped by plan()).
+
+    Args:
+        cmd: the mpirun command.
+        output_dir: --output-filename directory, or None.
+        stdout: where ranks' stdout goes (default sys.stdout).
+        stderr: where ranks' stderr and tfringrun's lines go (default sys.stderr).
+        env: mpirun's environment.
+        timestamp_output: timestamp every line of output.
+        timestamp_logs: timestamp tfringrun's own lines.
+        start_timeout: seconds every rank has to announce its start (0: no deadline).
+        num_ranks: ranks expected to announce.
+        report: a dict that receives "lost_host" (the host PRRTE lost, or None), or None.
+        finished: callable(rc) -> str or None: for a failed mpirun, a line saying the job finished all the same
+            (every rank reported success; elastic mode), then the exit code is 0.
+
+    Returns:
+        int: mpirun's exit code (128 + signal when stopped by one).
+    """
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env,
+                            start_new_session=True)
+    relay = Relay(output_dir, timestamp_output, timestamp_logs)
+    stopping, late = [], []
+
+    def kill():
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # mpirun forwards it to every rank
+        except ProcessLookupError:
+            pass
+
+        def escalate():  # mpirun waiting on a stuck ssh ignores SIGTERM
+            time.sleep(5)
+            if proc.poll() is None:
+                # Its ssh children run in their own process groups: take them too, before they are orphaned.
+                for pid in [proc.pid] + descendants(proc.pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        threading.Thread(target=escalate, daemon=True).start()
+
+    def stop(signum, _frame):
+        stopping.append(signum)
+        kill()
+
+    def watch_start():
+        if not relay.all_started.wait(start_timeout) and proc.poll() is None:
+            late.extend(sorted(set(range(num_ranks)) - relay.started))
+            kill()
+
+    if start_timeout:
+        relay.expected = num_ranks
+        threading.Thread(target=watch_start, daemon=True).start()
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    threads = [threading.Thread(target=relay.pump, args=(proc.stdout, stdout), daemon=True),
+               threading.Thread(target=relay.pump, args=(proc.stderr, stderr), daemon=True)]
+    for t in threads:
+        t.start()
+    rc = proc.wait()
+    if rc < 0:  # mpirun itself died of a signal (not ours: that gives 128 + n): take the ranks it left behind
+        kill_session(proc.pid)
+    for t in threads:
+        t.join(timeout=5)
+    relay.close()
+    if main_thread:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    def say(msg):
+        stderr.write("%stfringrun: %s\n" % (stamp() + " " if timestamp_logs else "", msg))
+    if stopping:
+        say("stopped by signal %d" % stopping[0])
+        return 128 + stopping[0]
+    if late:
+        say("rank%s %s of %d did not start within %d s (--start-timeout); check that ssh to every host works "
+            "without a prompt and that the hosts reach each other; the job was stopped" % (
+                "s" if len(late) > 1 else "", ",".join(map(str, late)), num_ranks, start_timeout))
+        return rc if rc > 0 else 1
+    if report is not None:  # the elastic driver restarts the job without a host PRRTE lost
+        report["lost_host"] = lost_host(relay.untagged) if not stopping else None
+    if rc == 0 and lost_host(relay.untagged):
+        rc = 1  # PRRTE exits 0 when it loses a host; the job did not finish
+    excuse = finished(rc) if rc != 0 and finished is not None and not lost_host(relay.untagged) else None
+    if excuse:
+        say(excuse)
+        return 0
+    if rc != 0:
+        summary = failure_summary(rc, relay.untagged)
+        if relay.shutdown_by is not None:
+            # The first rank to fail may only be a victim: say who ended tfring first.
+            summary += " (tfring had been shut down by rank %s: it exited or called shutdown() first)" % \
+                relay.shutdown_by
+        say(summary)
+    return rc
