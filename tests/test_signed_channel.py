@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tfring.tensorflow.elastic import protocol
+from tfring.common import signed_channel as protocol
 from tfring.common.signed_channel import (BadRequest, DriverClient, DriverServer, ProtocolError, client_from_env,
                                      new_secret, sign)
 

@@ -18,7 +18,7 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 
 from conftest import local_spark  # noqa: E402
-from tfring.tensorflow.elastic import protocol  # noqa: E402
+from tfring.common import signed_channel as protocol  # noqa: E402
 from tfring.common import launch_env  # noqa: E402
 from tfring.runner.processes import descendants  # noqa: E402
 from tfring.runner.slots import SlotJob, wire  # noqa: E402
