@@ -178,12 +178,13 @@ def _installed(name):
 
 
 def _frameworks_needed(module, seen=None):
-    """The frameworks `module` and everything it imports need."""
+    """The frameworks `module`, its parent packages and everything they import need."""
     seen = set() if seen is None else seen
     seen.add(module)
     internal, external = GRAPH[module]
+    parents = {module.rsplit(".", i)[0] for i in range(1, module.count(".") + 1)}
     needed = external & FRAMEWORKS
-    for target in internal - seen:
+    for target in (internal | parents) - seen:
         needed |= _frameworks_needed(target, seen)
     return needed
 
@@ -270,3 +271,11 @@ def test_tf_keras_sync_batch_norm_imports_first():
                   "assert hvd.SyncBatchNormalization is m.SyncBatchNormalization; print('ok')",
                   TF_USE_LEGACY_KERAS="1")
     assert proc.stdout.strip().endswith("ok"), proc.stdout[-3000:]
+
+
+def test_every_package_directory_has_an_init():
+    # setup.py's find_packages leaves a directory without __init__.py out of the installed package (a namespace
+    # package imports from a source tree, then fails after `pip install`).
+    missing = [os.path.relpath(d, ROOT) for d, _, files in os.walk(PACKAGE)
+               if any(f.endswith(".py") for f in files) and "__init__.py" not in files]
+    assert not missing, missing
