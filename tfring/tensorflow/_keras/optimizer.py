@@ -39,8 +39,8 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     A Keras 3 optimizer wrapper built on public API only; `learning_rate` and `iterations` are the inner
     optimizer's. Given a tf_keras optimizer (also a legacy OptimizerV2), the constructor returns the tf_keras
     wrapper (`tfring.tensorflow._keras.legacy_optimizer.LegacyDistributedOptimizer`) instead. On a rank outside
-    the set, or in a set of one rank, the gradients are applied unreduced. groups given as variable lists, process_set and
-    local variables are not part of get_config().
+    the set, or in a set of one rank, the gradients are applied unreduced. groups given as variable lists,
+    process_set and local variables are not part of get_config().
 
     Args:
         optimizer: the Keras optimizer that applies the reduced gradients (or its config dict).
