@@ -1,4 +1,4 @@
-"""An elastic Keras job for tests/test_elastic.py: trains a small model with KerasState and the elastic
+"""An elastic Keras job for tests/elastic/test_keras_elastic.py: trains a small model with KerasState and the elastic
 callbacks; ELASTIC_KILL="rank:step" makes that (original) rank SIGKILL itself after finishing that step;
 ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file at step 3; ELASTIC_COMMIT_EVERY=N (default 1) is
 CommitStateCallback's batches_per_commit. With TF_USE_LEGACY_KERAS=1 the model, optimizer and callbacks are

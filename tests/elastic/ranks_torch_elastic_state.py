@@ -1,4 +1,4 @@
-"""Rank-side checks of tfring.torch.elastic on one rank (run by tests/test_torch_elastic.py under mpirun -np 1):
+"""Rank-side checks of tfring.torch.elastic on one rank (run by tests/elastic/test_torch_elastic.py under mpirun -np 1):
 TorchState's commit/restore really brings parameters, buffers, Adam's state, an LR scheduler, a sampler and
 plain attributes back; ElasticSampler's sharding and re-sharding at 2 and 3 ranks."""
 import sys

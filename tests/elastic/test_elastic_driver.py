@@ -1,4 +1,4 @@
-"""tfringrun's elastic driver without MPI ranks (its signed channel: tests/test_signed_channel.py): discovery
+"""tfringrun's elastic driver without MPI ranks (its signed channel: tests/common/test_signed_channel.py): discovery
 parsing and polling, the host books (/hosts growth arithmetic, /reset blacklisting), the elastic flags, and the
 planned mpirun command (ULFM on, the secret forwarded by name only)."""
 import io

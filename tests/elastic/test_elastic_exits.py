@@ -1,5 +1,6 @@
 """The ranks' exit reports (tfring/runner/elastic/exits.py) and how tfringrun uses them when mpirun dies after the
-ranks (tfring/runner/supervise.run_command's `finished`); the end-to-end case is tests/test_multihost_elastic.py."""
+ranks (tfring/runner/supervise.run_command's `finished`); the end-to-end case is
+tests/hosts/test_multihost_elastic.py."""
 import functools
 import io
 import os

@@ -1,4 +1,5 @@
-"""An elastic PyTorch job for tests/test_torch_elastic.py: a small regression model (Adam in DistributedOptimizer)
+"""An elastic PyTorch job for tests/elastic/test_torch_elastic.py: a small regression model (Adam in
+DistributedOptimizer)
 on 96 rows, an ElasticSampler (batches of 4) and a TorchState holding model, optimizer, sampler and a step
 counter; a commit every ELASTIC_COMMIT_EVERY steps and at each epoch end. ELASTIC_KILL="rank:step" makes that
 (original) rank SIGKILL itself right after finishing that step (after its commit, if it is a commit point);

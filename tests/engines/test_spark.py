@@ -17,15 +17,13 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from conftest import local_spark  # noqa: E402
+from conftest import ROOT, local_spark  # noqa: E402
 from tfring.common import signed_channel as protocol  # noqa: E402
 from tfring.common import launch_env  # noqa: E402
 from tfring.runner.processes import descendants  # noqa: E402
 from tfring.runner.slots import SlotJob, wire  # noqa: E402
 from tfring.runner.slots.exec_service import ExecService  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 # The ranks cannot import this test module: its functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
@@ -57,7 +55,7 @@ def _environ(pid):
 def _no_slot_processes_left():
     # Every process the job started (mpirun, daemons, ranks) ends with it. Only this module's processes count
     # (other jobs may run on the machine): those below this process, and orphans that inherited its environment.
-    mine = ("PYTEST_CURRENT_TEST=tests/test_spark.py::").encode()
+    mine = ("PYTEST_CURRENT_TEST=tests/engines/test_spark.py::").encode()
     deadline = time.monotonic() + 15
     while True:
         pids = set(descendants(os.getpid())) | {int(p) for p in os.listdir("/proc") if p.isdigit()

@@ -33,7 +33,8 @@ def test_host_added_by_discovery_gets_ranks_and_state(hosts, tmp_path):  # noqa:
                              {"ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_GROW": "%s=h1:2\nh2:1" % listed})
         rc, out = finish(proc)
         # prterun also crashed *during* the spawn in about 1 run of 12 (docs/elastic.md); tfringrun then restarts
-        # the job (tests/test_elastic.py covers that path). This test is about the spawn: it tries once more.
+        # the job (tests/elastic/test_keras_elastic.py covers that path). This test is about the spawn: it tries once
+        # more.
         if "mpirun died of signal" not in out:
             break
     tmp_path = work

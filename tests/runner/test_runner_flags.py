@@ -103,7 +103,7 @@ ACCEPTED = [
     (["-hostfile", HOSTFILE], lambda c, e, a: after(c, "--host") == "n1:2,n2:1" and a.hosts is None),
     (["--hostfile", HOSTFILE], lambda c, e, a: after(c, "--host") == "n1:2,n2:1"),
     (["--mpi"], lambda c, e, a: a.use_mpi),
-    # elastic mode (planned by tests/test_elastic_driver.py): horovodrun's defaults filled in
+    # elastic mode (planned by tests/elastic/test_elastic_driver.py): horovodrun's defaults filled in
     (["--min-np", "1"], lambda c, e, a: (a.min_num_proc, a.np, a.max_num_proc) == (1, 2, None)),
     (["--min-num-proc", "1"], lambda c, e, a: (a.min_num_proc, a.np) == (1, 2)),
     (["--max-np", "4"], lambda c, e, a: (a.min_num_proc, a.np, a.max_num_proc) == (2, 2, 4)),
