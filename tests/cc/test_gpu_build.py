@@ -79,7 +79,7 @@ def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
     shutil.copytree(os.path.dirname(tfring.__file__), str(pkg),
                     ignore=shutil.ignore_patterns("_tfring*.so", "libtfring_core.so", "build_info.json", "__pycache__"))
     built = tmp_path / "lib" / "tfring"
-    for f in glob.glob(str(built / "*")) + glob.glob(str(built / "torch" / "*.so")):
+    for f in glob.glob(str(built / "*")) + glob.glob(str(built / "*" / "_tfring*.so")):
         if os.path.isfile(f):
             shutil.copy(f, str(pkg / os.path.relpath(os.path.dirname(f), str(built))))
     env = rank_env()

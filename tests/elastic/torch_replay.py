@@ -1,5 +1,6 @@
 """The reference for tests/elastic/test_torch_elastic.py: what a commit-consistent run of torch_job.py ends with,
-replayed in one process (run apart from pytest: torch's optimizer step loads triton). Usage: torch_replay.py INIT KILL_AT OUT."""
+replayed in one process (run apart from pytest: torch's optimizer step loads triton).
+Usage: torch_replay.py INIT KILL_AT OUT."""
 import math
 import sys
 

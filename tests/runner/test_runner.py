@@ -11,7 +11,7 @@ import tracemalloc
 
 import pytest
 
-from conftest import HERE, ROOT, rank_env
+from conftest import ROOT, rank_env
 from tfring.runner.hosts import parse_hostfile, parse_hosts
 from tfring.runner.launch import parse
 from tfring.runner.mpirun import build_command
@@ -382,8 +382,9 @@ def square_of_rank(offset):
 
 def test_run_api_returns_results_in_rank_order():
     from tfring.runner import run
-    # The ranks import this test module by name (cloudpickle pickles module functions by reference).
-    path = os.pathsep.join(p for p in [HERE, os.environ.get("PYTHONPATH", "")] if p)
+    # The ranks import this test module (and its conftest) by name: cloudpickle pickles module functions by reference.
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join(p for p in [here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")] if p)
     results = run(square_of_rank, args=(10,), np=3, env={"PYTHONPATH": path})
     assert results == [(10, 6), (11, 6), (14, 6)]
 
