@@ -10,6 +10,10 @@ from tfring.runner.processes import kill_session  # noqa: F401 (the tests' helpe
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# Tests mirror the package in feature directories; one may import another's helpers by module name (basenames are
+# unique across tests/). Appended: a directory never shadows an installed package.
+sys.path.extend(os.path.join(HERE, d) for d in sorted(os.listdir(HERE))
+                if os.path.isdir(os.path.join(HERE, d)) and not d.startswith((".", "_")))
 
 
 def mpirun_command(np_):

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import ROOT, mpirun_command, rank_env
 
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
+
 DOC = os.path.join(ROOT, "docs", "migrating.md")
 
 

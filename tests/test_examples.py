@@ -6,6 +6,8 @@ import pytest
 
 from conftest import ROOT, rank_env
 
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
+
 
 def tfringrun(args, timeout=600):
     cmd = [sys.executable, "-m", "tfring.runner"] + args

@@ -11,6 +11,8 @@ import pytest
 
 from conftest import ROOT, rank_env
 
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
+
 TRAIN = textwrap.dedent("""
     import os, sys
     import numpy as np, keras

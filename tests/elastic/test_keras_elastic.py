@@ -13,6 +13,8 @@ import pytest
 
 from conftest import ROOT, kill_session, rank_env
 
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
+
 JOB = os.path.join(ROOT, "tests", "elastic", "keras_job.py")
 TOTAL_STEPS = 3 * 8  # keras_job.py: EPOCHS * STEPS
 

@@ -15,6 +15,8 @@ import pytest
 
 from conftest import ROOT, kill_session, rank_env, run_rank_pytest
 
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
+
 torch = pytest.importorskip("torch", reason="torch is not installed: tfring.torch is not built or tested")
 
 JOB = os.path.join(ROOT, "tests", "elastic", "torch_job.py")

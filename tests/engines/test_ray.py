@@ -15,6 +15,8 @@ import cloudpickle  # noqa: E402
 
 from tfring.ray import RayExecutor  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real Spark/Ray clusters and ranks
+
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this test file
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TFRING_RAY_TEST": "hello"}

@@ -24,6 +24,8 @@ from tfring.runner.processes import descendants  # noqa: E402
 from tfring.runner.slots import SlotJob, wire  # noqa: E402
 from tfring.runner.slots.exec_service import ExecService  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real Spark/Ray clusters and ranks
+
 # The ranks cannot import this test module: its functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",

@@ -20,6 +20,8 @@ from tfring.spark.keras import KerasEstimator, LocalStore  # noqa: E402
 from tfring.spark.keras.data import read_shard, row_group_units  # noqa: E402
 from tfring.spark.keras.remote import weights_digest  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real Spark/Ray clusters and ranks
+
 RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
             "TF_NUM_INTEROP_THREADS": "2", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "120"}
 EPOCHS = 4

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import ROOT, rank_env
 
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
+
 HOSTS_DIR = os.path.join(ROOT, "tests", "hosts")  # the project's own harness: hosts.py and its ssh stand-in
 NH = [sys.executable, os.path.join(HOSTS_DIR, "hosts.py")]
 # Own namespace names and subnet: no collision with other runs.

@@ -7,10 +7,13 @@ import subprocess
 import sys
 import time
 
+import pytest
 
 from conftest import ROOT, rank_env
-from test_elastic import assert_same_weights, discovery_script, finish, results
+from test_keras_elastic import assert_same_weights, discovery_script, finish, results
 from test_multihost import NETNS_ENV, NH, _nh, hosts  # noqa: F401  (the module's emulated hosts fixture)
+
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
 
 JOB = os.path.join(ROOT, "tests", "elastic", "keras_job.py")
 

@@ -25,6 +25,8 @@ from test_multihost import NH  # noqa: E402
 
 from tfring.runner.slots import job as slots  # noqa: E402
 
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
+
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this test file
 NETNS_ENV = {"NETNS_HOSTS_PREFIX": "tfrs%d" % (os.getpid() % 1000),
              "NETNS_HOSTS_SUBNET": "10.233.%d" % (os.getpid() % 200)}

@@ -17,6 +17,8 @@ from tfring.runner.launch import parse
 from tfring.runner.mpirun import build_command
 from tfring.runner.output import KEEP_LINES, Relay
 
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
+
 
 def tfringrun(args, timeout=300, **kw):
     return subprocess.run([sys.executable, "-m", "tfring.runner"] + args, cwd=ROOT, env=rank_env(),

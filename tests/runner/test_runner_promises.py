@@ -14,6 +14,8 @@ import pytest
 
 from conftest import ROOT, rank_env
 
+pytestmark = pytest.mark.slow  # launches real ranks or jobs
+
 
 def tfringrun(args, timeout=300, env=None):
     return subprocess.run([sys.executable, "-m", "tfring.runner"] + args, cwd=ROOT, env=env or rank_env(),
