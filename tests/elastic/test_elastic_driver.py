@@ -51,7 +51,9 @@ def test_run_discovery(tmp_path):
     with pytest.raises(discovery.DiscoveryError, match="did not finish within 1 s"):
         discovery.run_discovery(script(tmp_path, "sleep 30 & echo $! > %s/bg.pid; sleep 30\necho h1\n" % tmp_path),
                          timeout=1)
-    assert time.monotonic() - start < 2.5  # the whole process group was killed: its pipes closed at once
+    # The whole process group was killed: its pipes closed at once, not when the background `sleep 30` ends (the
+    # wait this guards against; the bound leaves a loaded 2-core machine room).
+    assert time.monotonic() - start < 20
     time.sleep(0.2)
     try:  # the script's background child was killed too: gone, or a zombie waiting for init to reap it
         with open("/proc/%d/stat" % int((tmp_path / "bg.pid").read_text())) as f:
@@ -296,7 +298,8 @@ def test_driver_gives_up_without_min_np_slots(tmp_path):
     args = parse(["-np", "2", "--host-discovery-script", disc, "--elastic-timeout", "1", "python", "x.py"])
     start = time.monotonic()
     assert ed.run_elastic(args, environ={}, stderr=err) == 1
-    assert 1 <= time.monotonic() - start < 5
+    # It waited the 1 s asked for, not the default 600 s (the bound leaves a loaded machine room).
+    assert 1 <= time.monotonic() - start < 60
     assert err.getvalue() == "tfringrun: elastic: waiting up to 1 s (--elastic-timeout) for --min-np 2 slots\n" \
         "tfringrun: elastic: only 1 slots available after 1 s (--min-np 2)\n"
     failing = script(tmp_path, "echo nope >&2; exit 1\n", "failing.sh")
