@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, rank_env
+from conftest import ROOT, hosts_unavailable, rank_env
 
 pytestmark = pytest.mark.slow  # launches real ranks or jobs
 
@@ -28,11 +28,11 @@ def _nh(*args, check=True, timeout=60):
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("emulated hosts need root and iproute2")
+        hosts_unavailable("emulated hosts need root and iproute2")
     up = _nh("up", "3", check=False)
     if up.returncode != 0:
         _nh("down", check=False)
-        pytest.skip("could not create network namespaces: %s" % up.stdout.strip()[-300:])
+        hosts_unavailable("could not create network namespaces: %s" % up.stdout.strip()[-300:])
     fake = tmp_path_factory.mktemp("fakessh")
     os.symlink(os.path.join(HOSTS_DIR, "ssh"), str(fake / "ssh"))  # PRRTE's ssh launcher finds it on PATH
     yield str(fake)

@@ -20,7 +20,7 @@ import pytest
 # The ranks use tfring.torch (several ranks importing TensorFlow on 2 cores take long): torch comes with CI's set-up.
 pytest.importorskip("torch", reason="torch is not installed: the ranks of this test use tfring.torch")
 
-from conftest import rank_env  # noqa: E402
+from conftest import hosts_unavailable, rank_env  # noqa: E402
 from test_multihost import NH  # noqa: E402
 
 from tfring.runner.slots import job as slots  # noqa: E402
@@ -54,11 +54,11 @@ def _pids(host):
 @pytest.fixture(scope="module")
 def hosts():
     if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("emulated hosts need root and iproute2")
+        hosts_unavailable("emulated hosts need root and iproute2")
     up = _nh("up", "2")
     if up.returncode != 0:
         _nh("down")
-        pytest.skip("could not create network namespaces: %s" % up.stdout.strip()[-300:])
+        hosts_unavailable("could not create network namespaces: %s" % up.stdout.strip()[-300:])
     yield
     for _ in range(3):  # a namespace left behind would collide with a later run
         _nh("down")
