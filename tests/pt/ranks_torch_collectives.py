@@ -131,6 +131,22 @@ def test_compression_fp16():
     assert [o.dtype for o in outs] == [torch.float32, torch.float64]
 
 
+def test_compression_fp16_goes_through_half():
+    # 1 + k * 2**-12 has no fp16 representation (fp16's spacing at 1 is 2**-10): compressed, the sum travels in
+    # half precision and comes back exactly representable in fp16; uncompressed it is the exact fp32 sum, which
+    # is not. Guards against a compressor that is accepted but never applied (the k/4 values above are exact).
+    x = torch.full((4,), 1.0 + (R + 1) * 2.0 ** -12)
+    exact = sum(1.0 + (r + 1) * 2.0 ** -12 for r in range(N))
+    plain = hvd.allreduce(x, op=hvd.Sum, name="fp16.plain")
+    assert plain.tolist() == [exact] * 4
+    assert plain.half().float().tolist() != plain.tolist()  # the exact sum needs more than half precision
+    for out in [hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16, name="fp16.one")] + \
+            hvd.grouped_allreduce([x, x.clone()], op=hvd.Sum, compression=hvd.Compression.fp16, name="fp16.grouped"):
+        assert out.dtype == torch.float32
+        assert out.half().float().tolist() == out.tolist(), out  # came through fp16
+        assert torch.allclose(out, plain, atol=N * 2.0 ** -9), (out, plain)
+
+
 @pytest.mark.skipif(N & (N - 1) != 0, reason="Adasum needs a power-of-two number of ranks")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_adasum(dtype):
