@@ -39,6 +39,31 @@ def test_allreduce_average_and_scaling(dtype):
     assert_close(hvd.allreduce(x, average=False), expected_reduce(hvd.Sum, (2, 3), size), dtype)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_prescale_and_postscale_are_applied(dtype):
+    # Factors that do not cancel (2.0 x 0.5 would): a scale dropped anywhere changes the result.
+    rank, size = init()
+    x = array(rank, (2, 3), dtype)
+    want = expected_reduce(hvd.Sum, (2, 3), size)
+    assert_close(hvd.allreduce(x, op=hvd.Sum, prescale_factor=3.0), 3.0 * want, dtype)
+    assert_close(hvd.allreduce(x, op=hvd.Sum, postscale_factor=0.25), 0.25 * want, dtype)
+    assert_close(hvd.allreduce(x, op=hvd.Average, prescale_factor=2.0, postscale_factor=0.75),
+                 1.5 * expected_reduce(hvd.Average, (2, 3), size), dtype)
+    y = array(rank, (4,), dtype)
+    hvd.grouped_allreduce_([y], op=hvd.Sum, prescale_factor=0.5)
+    assert_close(y, 0.5 * expected_reduce(hvd.Sum, (4,), size), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_average_truncates(dtype):
+    # Horovod's integer Average: the sum divided by the ranks, truncated (75 and 0 average to 37).
+    rank, size = init()
+    x = mx.nd.array([75 if rank == 0 else 0, 7 * (rank + 1), -5 * (rank + 1)], dtype=dtype)
+    total = np.array([75, 7 * size * (size + 1) // 2, -5 * size * (size + 1) // 2], dtype=np.float64)
+    assert_close(hvd.allreduce(x, op=hvd.Average, name="int_average_%s" % np.dtype(dtype).name),
+                 np.trunc(total / size), dtype)
+
+
 @pytest.mark.parametrize("dtype", NUMERIC)
 def test_allreduce_in_place_and_chained(dtype):
     rank, size = init()

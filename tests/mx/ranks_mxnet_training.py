@@ -59,6 +59,20 @@ def test_trainer_matches_single_process(kwargs):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+def test_fp16_compressor_sends_half_and_restores_the_dtype():
+    # 1 + 2**-12 has no fp16 form: what is sent is rounded to half, and decompress gives the original dtype back.
+    x = mx.nd.array([1.0 + 2.0 ** -12, 0.1, 3.0], dtype=np.float32)
+    sent, ctx = hvd.Compression.fp16.compress(x)
+    assert sent.dtype == np.float16
+    np.testing.assert_array_equal(sent.asnumpy(), x.asnumpy().astype(np.float16))
+    back = hvd.Compression.fp16.decompress(sent, ctx)
+    assert back.dtype == np.float32
+    np.testing.assert_array_equal(back.asnumpy(), x.asnumpy().astype(np.float16).astype(np.float32))
+    assert back.asnumpy()[0] != x.asnumpy()[0]  # the rounding really happened
+    ints = mx.nd.array([1, 2], dtype=np.int32)
+    assert hvd.Compression.fp16.compress(ints) == (ints, None)  # integers travel as they are
+
+
 def test_trainer_fp16_compression_close():
     rank, size = init()
     xs, ys = data(size, 2)

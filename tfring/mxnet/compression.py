@@ -2,46 +2,7 @@
 the result decompressed back to the gradient's dtype."""
 import numpy as np
 
-
-class Compressor:
-    """Interface of a compression algorithm."""
-
-    @staticmethod
-    def compress(tensor):
-        """Compresses `tensor`.
-
-        Args:
-            tensor: an mx.nd.NDArray.
-
-        Returns:
-            (compressed NDArray, context needed by `decompress`).
-        """
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Undoes `compress`.
-
-        Args:
-            tensor: the compressed NDArray (after the collective).
-            ctx: what `compress` returned with it.
-
-        Returns:
-            mx.nd.NDArray: the decompressed array.
-        """
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Sends arrays as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from tfring.common.compression import Compressor, NoneCompressor  # noqa: F401 (public here too, as Horovod)
 
 
 class FP16Compressor(Compressor):
