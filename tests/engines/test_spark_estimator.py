@@ -2,6 +2,7 @@
 staging in the store, training on 2 ranks through tfring.spark.run, the KerasModel transformer, argument checks.
 Spark binds and talks to 127.0.0.1 only (SPARK_LOCAL_IP, spark.driver.host/bindAddress)."""
 import glob
+import math
 import os
 import time
 
@@ -116,6 +117,11 @@ def test_the_store_holds_the_parquet_shards_and_rank_0s_checkpoint(fitted):
         shards = [read_shard(units, rank, size, full.column_names) for rank in range(size)]
         assert max(s.num_rows for s in shards) - min(s.num_rows for s in shards) <= 1
         assert pa.concat_tables(shards).equals(full)
+    # What the ranks of the fit really read and ran: their shards (disjoint, so they add up to the training set)
+    # and the steps per epoch that cover it once across both ranks (batch 32 per rank).
+    rows = model.getRankRows()
+    assert len(rows) == 2 and sum(rows) == full.num_rows and max(rows) - min(rows) <= 1, (rows, full.num_rows)
+    assert model.getRankSteps() == [math.ceil(full.num_rows / (32 * 2))] * 2, model.getRankSteps()
     checkpoint = keras.models.load_model(store.get_checkpoint_path(run_id), compile=False)
     assert weights_digest(checkpoint.get_weights()) == model.getRankDigests()[0]
 

@@ -218,7 +218,8 @@ class KerasEstimator(Estimator):
                             metrics=remote._deserialize(keras, spec["metrics"]))
         return KerasModel(history=results[0]["history"], model=trained, feature_columns=self.getFeatureCols(),
                           label_columns=self.getLabelCols(), run_id=run_id,
-                          custom_objects=self.getCustomObjects(), rank_digests=[r["digest"] for r in results])
+                          custom_objects=self.getCustomObjects(), rank_digests=[r["digest"] for r in results],
+                          rank_rows=[r["rows"] for r in results], rank_steps=[r["steps"] for r in results])
 
 
 @with_params(MODEL_PARAMS)
@@ -239,10 +240,12 @@ class KerasModel(Model):
         run_id: the id of the run in the store.
         custom_objects: custom Keras classes/functions needed to rebuild the model.
         rank_digests: SHA-256 of every rank's final weights, in rank order.
+        rank_rows: the training rows each rank read, in rank order (their sum is the training set).
+        rank_steps: the training steps each rank ran per epoch, in rank order (the same on every rank).
     """
 
     def __init__(self, *, history=None, model=None, feature_columns=None, label_columns=None, output_cols=None,
-                 run_id=None, custom_objects=None, rank_digests=None):
+                 run_id=None, custom_objects=None, rank_digests=None, rank_rows=None, rank_steps=None):
         super().__init__()
         if output_cols is None and label_columns:
             output_cols = [c + "__output" for c in label_columns]

@@ -46,6 +46,8 @@ MODEL_PARAMS = {
     "run_id": ("the id of the run that trained the model", None, None),
     "custom_objects": ("custom Keras classes/functions by name", None, {}),
     "rank_digests": ("SHA-256 of every rank's final weights, in rank order", None, None),
+    "rank_rows": ("the training rows each rank read, in rank order", None, None),
+    "rank_steps": ("the training steps each rank ran per epoch, in rank order", None, None),
 }
 
 

@@ -52,6 +52,22 @@ def _load_split(spec, units, rank, size):
     return (x, y), table.num_rows
 
 
+def _step_counter(keras):
+    """A callback counting the training steps of each epoch (what the driver reports per rank)."""
+    class StepCounter(keras.callbacks.Callback):
+        steps = None
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.current = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.current += 1
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.steps = self.current
+    return StepCounter()
+
+
 def train(spec):
     """Trains on this rank's shard and returns what the driver needs.
 
@@ -59,7 +75,8 @@ def train(spec):
         spec: the job description the estimator builds (see KerasEstimator._job_spec).
 
     Returns:
-        dict: rank, size, rows (this rank's training rows) and digest (of the final weights) on every rank;
+        dict: rank, size, rows (this rank's training rows), steps (training steps it ran per epoch) and digest (of
+        the final weights) on every rank;
         rank 0 adds weights (list of numpy arrays) and history (Keras' history.history).
     """
     import keras
@@ -98,7 +115,8 @@ def train(spec):
         val_data, _ = _load_split(spec, spec["val_units"], rank, size)
         val_ds = tf.data.Dataset.from_tensor_slices(val_data).batch(spec["val_batch_size"])
 
-    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
+    counter = _step_counter(keras)
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(), counter]
     callbacks += list(spec["callbacks"] or [])
     if rank == 0:
         os.makedirs(spec["logs_path"], exist_ok=True)
@@ -111,7 +129,7 @@ def train(spec):
                         shuffle=False)  # the dataset shuffles itself
 
     weights = model.get_weights()
-    result = {"rank": rank, "size": size, "rows": rows, "digest": weights_digest(weights)}
+    result = {"rank": rank, "size": size, "rows": rows, "steps": counter.steps, "digest": weights_digest(weights)}
     if rank == 0:
         result["weights"] = weights
         result["history"] = {k: [float(v) for v in vs] for k, vs in history.history.items()}
