@@ -14,7 +14,7 @@ THRESHOLDS = [1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20]
 @pytest.mark.parametrize("np_", [2, 3])
 def test_autotune_settles_consistently(tmp_path, np_):
     log = tmp_path / "autotune.csv"
-    proc = run_rank_pytest(np_, "tests/parallel/autotune_job.py", timeout=600, extra_env={
+    proc = run_rank_pytest(np_, "tests/tf/autotune_job.py", timeout=600, extra_env={
         "TFRING_AUTOTUNE": "1", "TFRING_AUTOTUNE_LOG": str(log), "TFRING_AUTOTUNE_SAMPLE_SECONDS": "0.05",
         "TFRING_AUTOTUNE_WARMUP_SAMPLES": "1", "TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE": "1",
         "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "30"})

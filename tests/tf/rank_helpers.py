@@ -1,4 +1,8 @@
-"""Deterministic per-rank inputs so every rank can compute every other rank's contribution."""
+"""Deterministic per-rank inputs so every rank can compute every other rank's contribution; the runtime restarted
+for one file of a shared launch."""
+import contextlib
+import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -38,3 +42,50 @@ def init():
     if not hvd.is_initialized():
         hvd.init()
     return hvd.rank(), hvd.size()
+
+
+def all_ranks_here():
+    """Waits for every rank. tfring's barrier while tfring runs: a rank that fails and exits shuts it down, which
+    ends the wait on the others; MPI's otherwise."""
+    from mpi4py import MPI
+    if hvd.is_initialized() and hvd.size() == MPI.COMM_WORLD.size:
+        hvd.barrier()
+    else:
+        MPI.COMM_WORLD.Barrier()
+
+
+@contextlib.contextmanager
+def restarted(env=None, process_sets=None, start=True):
+    """The runtime restarted for one rank file, then the plain one again for the next file of the launch.
+
+    The files of a launch share one pytest process per rank, which imports (collects) them all before any test
+    runs: a file that needs settings of its own (TFRING_* knobs, read at init), process sets or no runtime at all
+    gets them from a module-scoped autouse fixture around this, never at import. Every rank runs the same files in
+    the same order, so the collective shutdown/init calls line up; each waits for every rank first, since one
+    rank's shutdown ends the collectives still running on the others (e.g. among a set this rank is not in).
+
+    Args:
+        env: variables set while the file runs (restored afterwards).
+        process_sets: passed to init().
+        start: init() before the file's tests (False: they start with tfring shut down and init it themselves).
+    """
+    from mpi4py import MPI
+    env = {k: str(v) for k, v in (env or {}).items()}
+    saved = {k: os.environ.get(k) for k in env}
+    all_ranks_here()
+    hvd.shutdown()
+    os.environ.update(env)
+    try:
+        if start:
+            hvd.init(process_sets=process_sets)
+        yield
+    finally:
+        # MPI's barrier: the file's tests may have left tfring on a sub-communicator or shut down.
+        MPI.COMM_WORLD.Barrier()
+        hvd.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        hvd.init()

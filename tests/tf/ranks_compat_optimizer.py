@@ -10,15 +10,20 @@ from mpi4py import MPI
 
 import tfring
 import tfring.keras
+from rank_helpers import restarted
 
-N = MPI.COMM_WORLD.size
+R, N = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
 FIRST = [0, 1] if N > 2 else [0]
 REST = list(range(len(FIRST), N))
 first_set, rest_set = tfring.ProcessSet(FIRST), tfring.ProcessSet(REST)
-tfring.init(process_sets=[first_set, rest_set])
-R = tfring.rank()
 MINE = first_set if R in FIRST else rest_set
 LR, STEPS = 0.1, 2
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    with restarted(process_sets=[first_set, rest_set]):
+        yield
 
 
 def simulate(op, scale):

@@ -1,11 +1,19 @@
 """init(comm=...) runs tfring on a sub-communicator only."""
 from mpi4py import MPI
 
+import pytest
 import tensorflow as tf
 
 import tfring as hvd
+from rank_helpers import restarted
 
 WORLD = MPI.COMM_WORLD
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    with restarted(start=False):  # the test starts tfring itself, on a sub-communicator
+        yield
 
 
 def test_init_on_split_communicator():

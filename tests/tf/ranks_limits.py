@@ -1,19 +1,22 @@
 """Beyond MPI's int count: allreduce and broadcast are chunked (exact results), the others fail clearly on every
 rank. The limit is lowered with TFRING_MPI_MAX_COUNT so the paths run on small tensors; a duplicate name in
 flight is refused on the rank that misused it."""
-import os
 import threading
 
-os.environ["TFRING_MPI_MAX_COUNT"] = "1000"
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import tfring as hvd  # noqa: E402
-from rank_helpers import init  # noqa: E402
+import tfring as hvd
+from rank_helpers import init, restarted
 
 R, N = init()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    with restarted(env={"TFRING_MPI_MAX_COUNT": "1000"}):
+        yield
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.int64, tf.bfloat16], ids=lambda d: d.name)

@@ -1,23 +1,25 @@
 """ignore_name_scope on real ranks: in a tf.function the negotiated name is the graph node's, scopes included, so
 collectives built under a different tf.name_scope on every rank only match with ignore_name_scope=True. Without
 it they never match: with a stall shutdown time each rank's collective fails, naming its scoped name."""
-import os
+import numpy as np
+import pytest
+import tensorflow as tf
 
-os.environ["TFRING_STALL_CHECK_TIME_SECONDS"] = "2"
-# Long enough that a rank slowed by a busy machine is not taken for a mismatch, short enough for the negative case.
-os.environ["TFRING_STALL_SHUTDOWN_TIME_SECONDS"] = "10"
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import tfring as hvd  # noqa: E402
-from rank_helpers import init  # noqa: E402
+import tfring as hvd
+from rank_helpers import init, restarted
 
 R, N = init()
 OTHERS = ",".join(str(r) for r in range(N) if r != R)
 COLLECTIVES = {"HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather", "HorovodBroadcast",
                "HorovodAlltoall", "HorovodReducescatter"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    # The shutdown time: long enough that a rank slowed by a busy machine is not taken for a mismatch, short enough
+    # for the negative case.
+    with restarted(env={"TFRING_STALL_CHECK_TIME_SECONDS": "2", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "10"}):
+        yield
 
 
 def collective_node_names(concrete):

@@ -9,20 +9,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-os.environ["TFRING_STALL_SHUTDOWN_TIME_SECONDS"] = "5"  # the stall test below; nothing else may stall
-import tfring as hvd  # noqa: E402
+import tfring as hvd
+from mpi4py import MPI
+from rank_helpers import restarted
 
-from mpi4py import MPI  # noqa: E402
-
-N = MPI.COMM_WORLD.size
+R, N = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
 EVENS = list(range(0, N, 2))
 ODDS = list(range(1, N, 2))
 even_set, odd_set = hvd.ProcessSet(EVENS), hvd.ProcessSet(ODDS)
-hvd.init(process_sets=[even_set, odd_set])
-R = hvd.rank()
 MINE, OTHER = (even_set, odd_set) if R % 2 == 0 else (odd_set, even_set)
 MEMBERS = MINE.ranks
 ME = MEMBERS.index(R)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    # The stall deadline serves the stall test below; nothing else may stall.
+    with restarted(env={"TFRING_STALL_SHUTDOWN_TIME_SECONDS": "5"}, process_sets=[even_set, odd_set]):
+        yield
 
 
 def test_ids_ranks_and_topology():

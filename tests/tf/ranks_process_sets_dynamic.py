@@ -1,16 +1,19 @@
 """Process sets added and removed after init (TFRING_DYNAMIC_PROCESS_SETS=1): ids agree on every rank, removed
 ids are reused, duplicates are refused alike on every rank, a removed set cannot be used."""
-import os
-
 import pytest
 import tensorflow as tf
 
-os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # the Horovod alias must work too
-import tfring as hvd  # noqa: E402
-from tfring.common.process_sets import _get_process_set_ids_and_ranks as table  # noqa: E402
+import tfring as hvd
+from rank_helpers import init, restarted
+from tfring.common.process_sets import _get_process_set_ids_and_ranks as table
 
-hvd.init()
-R, N = hvd.rank(), hvd.size()
+R, N = init()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    with restarted(env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"}):  # the Horovod alias must work too
+        yield
 
 
 def ids_agree(ps):

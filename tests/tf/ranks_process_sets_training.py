@@ -3,21 +3,27 @@ another (at np=3: {0, 1} and {2}; at np=2: {0} and {1}, since a set of every ran
 Averages, statistics and broadcasts must involve exactly the members of the caller's set."""
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from mpi4py import MPI
 
 import tfring
 import tfring.keras as hvd
+from rank_helpers import restarted
 
-N = MPI.COMM_WORLD.size
+R, N = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
 FIRST = [0, 1] if N > 2 else [0]
 REST = list(range(len(FIRST), N))
 first_set = tfring.ProcessSet(FIRST)
 sets = [first_set] + ([tfring.ProcessSet(REST)] if REST else [])
-tfring.init(process_sets=sets)
-R = tfring.rank()
 MINE = first_set if R in FIRST else sets[1]
 MEMBERS = MINE.ranks
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    with restarted(process_sets=sets):
+        yield
 
 
 def test_tape_averages_over_the_set_and_scales_local_by_its_size():

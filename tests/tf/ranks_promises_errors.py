@@ -9,9 +9,16 @@ import tensorflow as tf
 from mpi4py import MPI
 
 import tfring as hvd
+from rank_helpers import restarted
 
 W = MPI.COMM_WORLD
-R, N = W.rank, W.size  # no init() at import: the first tests start tfring on a subset of the ranks
+R, N = W.rank, W.size
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    with restarted(start=False):  # the first tests start tfring on a subset of the ranks
+        yield
 
 
 def test_init_with_a_list_of_ranks_runs_on_those_ranks_only():

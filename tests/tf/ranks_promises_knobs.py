@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfring as hvd
-from rank_helpers import init
+from rank_helpers import all_ranks_here, init
 
 R, N = init()
 
@@ -24,6 +24,7 @@ KEEP = ("TFRING_STALL_SHUTDOWN_TIME_SECONDS",)
 def runtime(**knobs):
     """The runtime restarted with these TFRING_* variables and no others (but KEEP); the default one afterwards."""
     saved = {k: v for k, v in os.environ.items() if k.startswith(("TFRING_", "HOROVOD_"))}
+    all_ranks_here()  # one rank's shutdown ends what the others still run (the previous file's last collectives)
     hvd.shutdown()
     for k in saved:
         if k not in KEEP:
@@ -62,16 +63,22 @@ def load_timeline(path):
 
 def concurrent_allreduces(count, late_rank=None):
     """count named 16-float allreduces in flight at once on every rank; late_rank submits 0.3 s after the others,
-    so the others' requests are all waiting when its arrive (its first may go alone, the rest share a cycle)."""
-    if R == late_rank:
-        time.sleep(0.3)
+    so the others' requests are all waiting when its arrive (its first may go alone, the rest share a cycle). The
+    inputs and threads are ready before the threads submit together: on a busy machine, starting them one by one
+    spread the late rank's requests over several cycles."""
     results = [None] * count
+    inputs = [tf.fill([16], float(R + k)) for k in range(count)]
+    go = threading.Barrier(count + 1)
 
     def one(k):
-        results[k] = hvd.allreduce(tf.fill([16], float(R + k)), op=hvd.Sum, name="fuse_%d" % k)
+        go.wait()
+        results[k] = hvd.allreduce(inputs[k], op=hvd.Sum, name="fuse_%d" % k)
     threads = [threading.Thread(target=one, args=(k,)) for k in range(count)]
     for t in threads:
         t.start()
+    if R == late_rank:
+        time.sleep(0.3)
+    go.wait()
     for t in threads:
         t.join(timeout=120)
     for k in range(count):

@@ -11,18 +11,25 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-os.environ.setdefault("TFRING_STALL_SHUTDOWN_TIME_SECONDS", "60")  # a bug fails the test, never hangs it
-
-import tfring as hvd  # noqa: E402
-from rank_helpers import init  # noqa: E402
+import tfring as hvd
+from rank_helpers import init, restarted
 
 R, N = init()
 COUNT = int(os.environ.get("TFRING_SOAK_COUNT", "600"))
 PERIOD = 288  # a whole number of batches of 16, so every period's batches (and names) are the same
 DTYPES = [tf.float32, tf.float64, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.uint8]
 KINDS = ["sum", "avg", "min", "max", "allgather", "broadcast", "alltoall", "reducescatter"]
+STALL = "TFRING_STALL_SHUTDOWN_TIME_SECONDS"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    # A bug fails the test, never hangs it: a stall deadline unless the launch set one (tests/conftest.py sets 120 s).
+    with restarted(env={STALL: os.environ.get(STALL, "60")}):
+        yield
 
 
 def spec(i, rng):

@@ -1,19 +1,21 @@
 """Stall inspector on real ranks: warn naming tensor and missing ranks, then (with a shutdown time) fail
 the stalled collective instead of hanging; the runtime keeps working afterwards."""
-import os
 import time
 
-os.environ["TFRING_STALL_CHECK_TIME_SECONDS"] = "1"
-os.environ["TFRING_STALL_SHUTDOWN_TIME_SECONDS"] = "4"
+import pytest
+import tensorflow as tf
 
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import tfring as hvd  # noqa: E402
-from rank_helpers import init  # noqa: E402
+import tfring as hvd
+from rank_helpers import init, restarted
 
 R, N = init()
 MISSING = ",".join(str(r) for r in range(1, N))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    with restarted(env={"TFRING_STALL_CHECK_TIME_SECONDS": "1", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "4"}):
+        yield
 
 
 def test_slow_rank_is_reported_on_every_rank_then_completes(capfd):

@@ -9,6 +9,7 @@ import tf_keras  # noqa: E402
 
 import tfring.keras as hvd  # noqa: E402
 from rank_helpers import init  # noqa: E402
+from tfring.tensorflow._keras.legacy_optimizer import LegacyDistributedOptimizer  # noqa: E402
 
 R, N = init()
 B = 4
@@ -31,7 +32,7 @@ def test_fit_matches_single_process_full_batch():
     idx = np.concatenate([np.arange(s * N * B + R * B, s * N * B + (R + 1) * B) for s in range(steps)])
     model = make_model()
     opt = hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.1))
-    assert type(opt).__module__.startswith("tfring.keras")
+    assert isinstance(opt, LegacyDistributedOptimizer)  # tfring's tf_keras wrapper
     model.compile(optimizer=opt, loss="mse")
     model.fit(x[idx], y[idx], batch_size=B, epochs=2, shuffle=False, verbose=0,
               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()])

@@ -17,14 +17,20 @@ from mpi4py import MPI  # noqa: E402
 import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
 from tfring.tensorflow._keras.legacy_optimizer import LegacyDistributedOptimizer  # noqa: E402
+from rank_helpers import restarted  # noqa: E402
 from sim_helpers import local_grads, rank_batch, small_model  # noqa: E402
 
-N = MPI.COMM_WORLD.size
+R, N = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
 FIRST = [0, 1] if N > 2 else [0]  # np=3: rank 2 is outside; np=2: a set of one rank
 first_set = tfring.ProcessSet(FIRST)
-tfring.init(process_sets=[first_set])
-R = tfring.rank()
+last_set = tfring.ProcessSet([N - 1])  # a set of one rank at any size (np=3: {2})
 MEAN = (N + 1) / 2.0  # mean over ranks of R + 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    with restarted(process_sets=[first_set, last_set]):
+        yield
 
 
 class MySGD(tf_keras.optimizers.SGD):
@@ -174,10 +180,12 @@ def test_config_round_trip_keeps_aggregation_and_leaves_the_config_alone(make):
 
 
 @pytest.mark.parametrize("k", [1, 2])
-def test_process_set_members_average_the_others_keep_their_gradient(k):
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_process_set_members_average_the_others_keep_their_gradient(which, k):
+    ps = first_set if which == "first" else last_set  # members of a set of one rank keep their gradient too
     v = tf.Variable([0.0])
-    opt = hvd.DistributedOptimizer(tf_keras.optimizers.SGD(1.0), process_set=first_set, backward_passes_per_step=k)
+    opt = hvd.DistributedOptimizer(tf_keras.optimizers.SGD(1.0), process_set=ps, backward_passes_per_step=k)
     for _ in range(k):
         opt.apply_gradients([(tf.constant([R + 1.0]), v)])
-    per_pass = np.mean([r + 1.0 for r in FIRST]) if R in FIRST and len(FIRST) > 1 else R + 1.0
+    per_pass = np.mean([r + 1.0 for r in ps.ranks]) if R in ps.ranks and len(ps.ranks) > 1 else R + 1.0
     np.testing.assert_allclose(v.numpy(), [-k * per_pass], rtol=1e-6)

@@ -9,9 +9,16 @@ import pytest
 import tensorflow as tf
 
 import tfring.keras as hvd
-from rank_helpers import init
+from rank_helpers import init, restarted
 
 R, N = init()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    # The last test shuts tfring down: the next file gets it started again.
+    with restarted():
+        yield
 
 
 def same_everywhere(values):

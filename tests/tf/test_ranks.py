@@ -1,29 +1,69 @@
-"""Real ranks: every tests/parallel/ranks_*.py file runs under mpirun at np=2 and np=3 (process-set files at np=2
-and np=4, so sets of two ranks exist); each rank checks its own values, so a wrong value on any rank fails the
-job."""
+"""Real ranks: every tests/tf/ranks_*.py file runs under mpirun; each rank checks its own values, so a wrong value on
+any rank fails the job.
+
+The files of a group share one launch per process count: one pytest process per rank runs them in turn (each
+launch pays TensorFlow's import on every rank, 15-24 s on a 2-core machine). A file that needs settings or process
+sets of its own, or starts tfring itself, restarts the runtime around its tests (rank_helpers.restarted, from a
+module-scoped fixture); nothing may change a setting or call init() with arguments at import, since every file of
+a launch is imported before any test runs. A failure still names its file in the ranks' output (pytest's failure
+header and summary line).
+
+Groups:
+- main: every file but the tf_keras ones, at np=2 and np=3 (averages at an odd size, power-of-two paths at 2;
+  process sets {0, 2}/{1} and {0, 1}/{2} at 3).
+- process_sets: the ranks_process_sets*.py files again at np=4, so that every set has two ranks or more (the
+  mismatch/stall test needs that; the others check sets of two ranks on both sides).
+- tf_keras: its own launch because TF_USE_LEGACY_KERAS=1 must be in the environment before TensorFlow/Keras is
+  imported (tfring.tensorflow.sync_batch_norm picks its class at import), which the Keras 3 files must not see.
+  Only at np=3: ranks_tf_keras_aggregation.py's process-set test needs three ranks (members of {0, 1} average
+  while rank 2 is outside; with a set {2} of one rank as well, np=2's cases are covered too); the other tf_keras
+  checks hold at any size.
+"""
 import glob
 import importlib.util
 import os
+import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import HERE, run_rank_pytest
+from conftest import ROOT, run_rank_pytest
 
-FILES = sorted(os.path.relpath(p, os.path.dirname(HERE)) for p in glob.glob(os.path.join(HERE, "parallel/ranks_*.py")))
-# These only call rank_helpers.init() and change no setting, so one pytest process per np runs them in turn: each
-# separate launch costs ~8 s of TensorFlow import. A failure still names its file in the ranks' output.
-SHARED = ["tests/parallel/ranks_%s.py" % n for n in (
-    "collectives", "adasum", "broadcast_helpers", "gradients_helpers", "partial", "sync_bn", "keras",
-    "promises_values", "errors")]
-GROUPS = [("shared", [f for f in SHARED if f in FILES])] + [(f, [f]) for f in FILES if f not in SHARED]
-CASES = [(name, files, n) for name, files in GROUPS for n in ((2, 4) if "process_sets" in name else (2, 3))]
+pytestmark = pytest.mark.slow  # real ranks under mpirun
+HERE = os.path.dirname(os.path.abspath(__file__))
+FILES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(HERE, "ranks_*.py")))
+TF_KERAS = [f for f in FILES if "tf_keras" in f]
+MAIN = [f for f in FILES if f not in TF_KERAS]
+PROCESS_SETS = [f for f in FILES if "process_sets" in f]
+# (group, files, np, extra environment); a launch takes 30-100 s on a 2-core machine
+KERAS_3, LEGACY = {"TF_USE_LEGACY_KERAS": "0"}, {"TF_USE_LEGACY_KERAS": "1"}
+CASES = [("main", MAIN, 2, KERAS_3), ("main", MAIN, 3, KERAS_3), ("process_sets", PROCESS_SETS, 4, KERAS_3),
+         ("tf_keras", TF_KERAS, 3, LEGACY)]
 
 
-@pytest.mark.parametrize("name,files,np_", CASES, ids=["%s-np%d" % (c[0], c[2]) for c in CASES])
-def test_ranks(name, files, np_):
-    if "tf_keras" in name and importlib.util.find_spec("tf_keras") is None:
+def passed_per_file(report, files):
+    """{file: tests that passed} from one rank's junit XML report."""
+    stems = {os.path.splitext(os.path.basename(f))[0]: f for f in files}
+    passed = dict.fromkeys(files, 0)
+    for case in ET.parse(report).getroot().iter("testcase"):
+        module = [part for part in case.get("classname", "").split(".") if part in stems]
+        if module and not any(child.tag in ("failure", "error", "skipped") for child in case):
+            passed[stems[module[0]]] += 1
+    return passed
+
+
+@pytest.mark.parametrize("name,files,np_,env", CASES, ids=["%s-np%d" % (c[0], c[2]) for c in CASES])
+def test_ranks(name, files, np_, env, tmp_path):
+    if name == "tf_keras" and importlib.util.find_spec("tf_keras") is None:
         # tf_keras depends on the full `tensorflow` wheel, which pip would install over tensorflow-cpu.
         pytest.skip("tf_keras is not installed: pip install --no-deps 'tf_keras~=2.21.0' (README)")
-    proc = run_rank_pytest(np_, files, timeout=900 if len(files) > 1 else 600)
-    # Every rank must have run and passed tests (guards against a file that collects nothing).
-    assert proc.stdout.count(" passed") >= np_, proc.stdout[-5000:]
+    # Each rank writes its own report (pytest expands the variable mpirun sets per rank).
+    report = os.path.join(str(tmp_path), "rank$OMPI_COMM_WORLD_RANK.xml")
+    env = dict(env, PYTEST_ADDOPTS=(os.environ.get("PYTEST_ADDOPTS", "") + " --junitxml=" + report).strip())
+    proc = run_rank_pytest(np_, files, timeout=600, extra_env=env)
+    # Every file must have run and passed tests on every rank (guards against a file that collects nothing).
+    for r in range(np_):
+        path = report.replace("$OMPI_COMM_WORLD_RANK", str(r))
+        assert os.path.exists(path), "rank %d wrote no report:\n%s" % (r, proc.stdout[-5000:])
+        passed = passed_per_file(path, files)
+        assert all(passed.values()), "rank %d passed no test in %s:\n%s" % (
+            r, [f for f, n in passed.items() if not n], proc.stdout[-5000:])

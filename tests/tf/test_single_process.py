@@ -55,7 +55,7 @@ def test_identity_collectives_at_size_one():
     hvd.barrier()
 
 
-# ignore_name_scope is an identity at size 1: tests/parallel/ranks_name_scope.py tests it on real ranks.
+# ignore_name_scope is an identity at size 1: tests/tf/ranks_name_scope.py tests it on real ranks.
 
 
 def test_knob_table_lists_settings():
