@@ -1,4 +1,4 @@
-"""Rank-side autotune check (run by tests/test_autotune.py with TFRING_AUTOTUNE=1): a gradient-like set of
+"""Rank-side autotune check (run by tests/tf/test_autotune.py with TFRING_AUTOTUNE=1): a gradient-like set of
 tensors is reduced until rank 0's autotuner has settled; every result is checked on every rank, so ranks that
 disagreed on the fusion threshold or switched at different cycles would fail here (or stall)."""
 import os
