@@ -14,6 +14,13 @@ import pytest
 from conftest import ROOT
 
 PACKAGE = os.path.join(ROOT, "tfring")
+
+
+def _tested_path():
+    """Where the tfring under test lies (the installed package, or the tree named by PYTHONPATH): the fresh
+    processes below import that one, never the source tree by accident through their working directory."""
+    import tfring
+    return os.path.dirname(os.path.dirname(os.path.abspath(tfring.__file__)))
 FRAMEWORKS = {"tensorflow", "tf_keras", "keras", "torch", "torchvision", "mxnet", "jax", "jaxlib", "flax", "optax",
               "pyspark", "ray", "lightning", "pytorch_lightning"}
 # layer -> (tfring layers it may import besides itself, frameworks it may import)
@@ -230,9 +237,9 @@ def test_every_module_imports_first_alone():
     assert "tfring.tensorflow.ops" in targets or not _installed("tensorflow"), targets
     preload = [f for f in ("tensorflow", "keras", "torch") if _installed(f)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(
-        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    proc = subprocess.run([sys.executable, "-c", _FORK_CHECK, json.dumps(targets)] + preload, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900, cwd=ROOT)
+        [_tested_path()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    proc = subprocess.run([sys.executable, "-P", "-c", _FORK_CHECK, json.dumps(targets)] + preload, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900, cwd="/")
     assert proc.returncode == 0, proc.stderr[-5000:]
     failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not failed, "modules that fail when imported first:\n" + "\n".join(
@@ -241,8 +248,10 @@ def test_every_module_imports_first_alone():
 
 def _fresh(code, **env):
     environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env)
-    return subprocess.run([sys.executable, "-c", code], env=environ, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=300, cwd=ROOT)
+    environ["PYTHONPATH"] = os.pathsep.join([_tested_path()] + [p for p in environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    return subprocess.run([sys.executable, "-P", "-c", code], env=environ, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300, cwd="/")
 
 
 NO_TF = "import sys; {}; bad = sorted(m for m in ('tensorflow', 'keras', 'tf_keras') if m in sys.modules); " \
