@@ -47,8 +47,8 @@ def resolve_op(fn, op, average, adasum=True):
     """
     if average is not None:
         if op is not None:
-            raise ValueError("tfring.%s: pass either op or the deprecated average, not both (op supersedes average)"
-                             % fn)
+            raise ValueError("tfring.%s: pass either op or the deprecated average (only one: op supersedes "
+                             "average), not both" % fn)
         warnings.warn("Parameter `average` has been replaced with `op` and will be removed", DeprecationWarning,
                       stacklevel=3)
         op = Average if average else Sum
