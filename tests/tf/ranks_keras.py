@@ -155,6 +155,51 @@ def test_broadcast_callback_metric_average_and_warmup():
     np.testing.assert_allclose(seen_lr, want, rtol=1e-5)
 
 
+def test_broadcast_callback_syncs_the_optimizer_state_too():
+    # Every rank starts from its own Adam state (moments and iteration count, as after a resume from different
+    # checkpoints): the callback must make it rank 0's, or the ranks' steps differ from the first one on.
+    model = make_model(seed=0)
+    inner = keras.optimizers.Adam(0.01)
+    inner.build(model.trainable_variables)
+    for v in inner.variables:
+        v.assign(np.full(v.shape, R + 1, dtype=v.dtype))
+    model.compile(optimizer=hvd.DistributedOptimizer(inner), loss="mse")
+    x, y = data(2, B, seed=R)
+    model.fit(x, y, batch_size=B, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    state = np.concatenate([np.ravel(v.numpy()).astype(np.float64) for v in inner.variables])
+    gathered = np.asarray(hvd.allgather(state[None, :]))
+    assert all(np.array_equal(gathered[0], g) for g in gathered)  # identical optimizer state on every rank
+    assert weights_equal_everywhere(model)
+
+
+def test_metric_average_covers_every_metric_and_validation():
+    # Each rank has its own data, so every local metric differs; after MetricAverageCallback each logged value,
+    # the validation ones and other metrics included, is the mean over the ranks.
+    model = make_model(seed=0)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse", metrics=["mae"])
+    raw, averaged = [], []
+
+    class Before(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raw.append(dict(logs))
+
+    class After(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            averaged.append(dict(logs))
+
+    x, y = data(2, B, seed=R)
+    vx, vy = data(1, B, seed=50 + R)
+    model.fit(x, y, batch_size=B, epochs=2, shuffle=False, verbose=0, validation_data=(vx, vy), callbacks=[
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0), Before(), hvd.callbacks.MetricAverageCallback(), After()])
+    for before, after in zip(raw, averaged):
+        assert {"loss", "mae", "val_loss", "val_mae"} <= set(after), after
+        for key in ("loss", "mae", "val_loss", "val_mae"):
+            everyone = np.asarray(hvd.allgather(np.array([before[key]], dtype=np.float64)))
+            assert len(set(everyone.tolist())) == N, (key, everyone)  # the local values really differ
+            assert abs(after[key] - everyone.mean()) < 1e-6 * max(1.0, abs(everyone.mean())), (key, after, everyone)
+
+
 def test_save_load_resumes(tmp_path):
     x, y = data(4, N * B)
     xs, ys = my_shard(x, y, 4, B)

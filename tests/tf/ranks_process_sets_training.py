@@ -65,7 +65,11 @@ def test_keras_training_and_callbacks_within_the_set():
     keras.utils.set_random_seed(100 + R)  # different initial weights everywhere: the broadcast fixes them per set
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05), process_set=MINE), loss="mse")
-    seen = []
+    seen, raw = [], []
+
+    class Raw(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raw.append(logs["loss"])
 
     class Record(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
@@ -74,7 +78,7 @@ def test_keras_training_and_callbacks_within_the_set():
     x, y = rng.randn(8, 3).astype("float32"), rng.randn(8, 2).astype("float32")
     warmup = hvd.callbacks.LearningRateWarmupCallback(0.05, warmup_epochs=2, steps_per_epoch=2, process_set=MINE)
     model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[
-        hvd.callbacks.BroadcastGlobalVariablesCallback(MEMBERS[0], process_set=MINE),
+        hvd.callbacks.BroadcastGlobalVariablesCallback(MEMBERS[0], process_set=MINE), Raw(),
         hvd.callbacks.MetricAverageCallback(process_set=MINE), Record(), warmup])
     assert abs(warmup.multiplier(0.0) - 1.0 / len(MEMBERS)) < 1e-12
     weights = tfring.allgather_object(model.get_weights(), process_set=MINE)
@@ -83,6 +87,10 @@ def test_keras_training_and_callbacks_within_the_set():
             np.testing.assert_array_equal(a, b)  # identical within the set
     losses = tfring.allgather_object(seen[0], process_set=MINE)
     assert len(set(losses)) == 1  # every member logs the set's average
+    members_raw = tfring.allgather_object(raw[0], process_set=MINE)
+    assert abs(seen[0] - np.mean(members_raw)) < 1e-6 * max(1.0, abs(np.mean(members_raw)))  # over the set only
+    everyone_raw = tfring.allgather_object(raw[0])
+    assert abs(np.mean(everyone_raw) - np.mean(members_raw)) > 1e-6  # (so a global average would be caught)
     everyone = tfring.allgather_object((R, model.get_weights()[0]))
     assert not np.allclose(everyone[0][1], everyone[N - 1][1])  # the sets trained apart
 

@@ -53,6 +53,10 @@ class BroadcastGlobalVariablesCallback(Callback):
             variables += list(self.model.variables)
             self._model_done = True
         if opt is not None and optimizer_built(opt) and not self._optimizer_done:
+            if variables == []:
+                # The optimizer's state arrives after a step: that step ran with each rank's own state, so the
+                # weights are sent again with it (as Horovod, which sends everything after the first batch).
+                variables += list(self.model.variables)
             variables += list(opt.variables)
             self._optimizer_done = True
         variables = [v for v in variables if var_key(v) not in self._local]

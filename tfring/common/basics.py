@@ -2,6 +2,7 @@
 tfring.common.topology's, re-exported here."""
 import atexit
 import ctypes
+
 from tfring.common import library as _lib
 from tfring.common import process_sets as ps_mod
 from tfring.common.elastic import membership
