@@ -22,7 +22,10 @@ class State:
         TypeError: `bcast_object` is not callable.
     """
 
+    _default_bcast_object = None  # a binding's State sets its broadcast here (staticmethod)
+
     def __init__(self, bcast_object=None, get_rank=None):
+        bcast_object = bcast_object or type(self)._default_bcast_object
         if not callable(bcast_object):
             raise TypeError("tfring.elastic.State: bcast_object=%r must be callable (a binding's broadcast_object; "
                             "use tfring.tensorflow.elastic or tfring.torch.elastic's State)" % (bcast_object,))

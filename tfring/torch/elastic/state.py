@@ -22,8 +22,7 @@ class State(_state.State):
         get_rank: accepted for Horovod compatibility (unused).
     """
 
-    def __init__(self, bcast_object=None, get_rank=None):
-        super().__init__(bcast_object=bcast_object or _bcast_object, get_rank=get_rank)
+    _default_bcast_object = staticmethod(_bcast_object)
 
 
 class ObjectState(_state.ObjectState):
@@ -36,8 +35,7 @@ class ObjectState(_state.ObjectState):
         **kwargs: the attributes and their initial values.
     """
 
-    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
-        super().__init__(bcast_object=bcast_object or _bcast_object, get_rank=get_rank, **kwargs)
+    _default_bcast_object = staticmethod(_bcast_object)
 
 
 class StateHandler:
