@@ -287,15 +287,34 @@ def test_barrier_orders_ranks():
 @pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
 def test_join_uneven_ranks(op):
     # Rank r runs r + 1 unnamed allreduces, then joins; joined ranks contribute zeros and Average divides by the
-    # ranks still running.
+    # job's size (Horovod's test_horovod_join_allreduce: a joined rank counts).
     for i in range(R + 1):
         out = hvd.allreduce(torch.full((3,), float(R + 1)), op=op)
         live = list(range(i, N))
         total = float(sum(r + 1 for r in live))
-        assert out.tolist() == [total if op == hvd.Sum else total / len(live)] * 3, (i, out)
+        expected = torch.full((3,), total if op == hvd.Sum else total / N)
+        assert torch.equal(out, expected), (i, out)
     assert hvd.join() == N - 1  # the busiest rank joins last
     # Unnamed collectives are numbered alike again on every rank after join.
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.float64], ids=str)
+def test_join_average_counts_the_joined_ranks_zeros(dtype):
+    # Horovod's test_horovod_join_allreduce: one rank joins first; the others' Average divides by the job's size
+    # (integers truncated toward zero); join returns the last rank to join, the same on every rank.
+    for first in range(N):
+        if R == first:
+            last = hvd.join()
+        else:
+            x = torch.tensor([-75, 75, 7, 0], dtype=dtype)
+            out = hvd.allreduce(x, op=hvd.Average, name="join_average")
+            total = x * (N - 1)
+            expected = total / N if dtype.is_floating_point else total.div(N, rounding_mode="trunc")
+            assert torch.equal(out, expected), (R, first, out, expected)
+            last = hvd.join()
+        assert last != first
+        assert hvd.allgather_object(last) == [last] * N
 
 
 def test_join_with_allgather_fails_on_running_ranks():

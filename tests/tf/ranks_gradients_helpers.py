@@ -132,8 +132,7 @@ def test_distributed_gradient_tape_averages(graph):
 
 
 def test_join_uneven_steps():
-    # Rank r runs r + 1 allreduce steps, then joins; joined ranks contribute zeros; Average divides by
-    # the ranks that contributed.
+    # Rank r runs r + 1 allreduce steps, then joins; joined ranks contribute zeros.
     for step in range(R + 1):
         out = hvd.allreduce(tf.constant([float(R + 1)]), op=hvd.Sum, name="uneven_%d" % step)
         active = [r for r in range(N) if r >= step]

@@ -27,7 +27,8 @@ from tfring.torch._reducescatter import (grouped_reducescatter, grouped_reducesc
 
 def join(device=-1):
     """Declares that this rank has no more data: until every rank has joined, it takes part in the other ranks'
-    allreduces with zeros (Average divides by the ranks that have not joined). Blocks until every rank joined.
+    allreduces with zeros (Average divides by every rank of the set, joined ones included, as Horovod). Blocks
+    until every rank joined.
 
     Other collectives (allgather, broadcast, ...) fail on the ranks still running while some rank has joined.
 

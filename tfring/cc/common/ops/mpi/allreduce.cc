@@ -29,8 +29,9 @@ Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int
   return Status::OK();
 }
 
+// Average divides by the whole set, joined ranks (whose zeros were summed) included, as Horovod does.
 void Finish(MpiContext& ctx, const Response& r, void* buf, int64_t count) {
-  FinishReduction(buf, count, r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? ctx.size - r.joined : 1);
+  FinishReduction(buf, count, r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? ctx.size : 1);
 }
 
 // One tensor reduced in its own output; a joined rank (no entry) contributes zeros from the fusion buffer.
