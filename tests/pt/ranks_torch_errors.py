@@ -1,6 +1,8 @@
 """Errors of tfring.torch on real ranks: what some rank gets wrong raises on every rank (never a hang), with the
 exception type Horovod's torch binding uses; collectives keep working afterwards. Run last: it ends with a
 shutdown and a fresh init."""
+import time
+
 import pytest
 import torch
 
@@ -110,6 +112,27 @@ def test_duplicate_name_in_flight():
     h2 = hvd.allgather_async(x, name="dup_c")  # another collective kind: its own name (Horovod's prefixes)
     assert hvd.synchronize(h2).shape == (4 * N,)
     assert hvd.synchronize(h).tolist() == [1] * 4
+
+
+@pytest.mark.parametrize("fn", ["allreduce", "allgather", "broadcast", "alltoall", "reducescatter"])
+def test_a_name_stays_taken_until_its_handle_is_synchronized(fn):
+    # Horovod's *_duplicate_name_error tests submit a name twice; the first may already have completed when the
+    # second comes (its peers were waiting for it). The second is refused until the first handle is synchronized.
+    x = torch.ones(N * 2)
+    submit = {"allreduce": lambda: hvd.allreduce_async(x, name="held"),
+              "allgather": lambda: hvd.allgather_async(x, name="held"),
+              "broadcast": lambda: hvd.broadcast_async(x, 0, name="held"),
+              "alltoall": lambda: hvd.alltoall_async(x, name="held"),
+              "reducescatter": lambda: hvd.reducescatter_async(x, name="held")}[fn]
+    h = submit()
+    deadline = time.monotonic() + 30
+    while not hvd.poll(h):
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    with pytest.raises(ValueError, match="'%s.held' is already in flight" % fn):
+        submit()
+    hvd.synchronize(h)
+    hvd.synchronize(submit())  # free again
 
 
 def test_async_error_surfaces_in_synchronize_and_releases_the_handle():

@@ -88,10 +88,19 @@ Status TorchOpContext::AllocateOutput(int index, const Shape& shape, std::shared
   return Status::OK();
 }
 
-int HandleTable::Add(std::shared_ptr<OpState> state) {
+int HandleTable::Add(std::shared_ptr<OpState> state, int process_set_id, const std::vector<std::string>& names) {
+  std::vector<std::string> keys;
+  for (const auto& name : names) keys.push_back(std::to_string(process_set_id) + "|" + name);
   std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (held_.count(keys[i]))
+      throw std::invalid_argument("tfring: a collective named '" + names[i] +
+                                  "' is already in flight on this rank (its handle was not synchronized yet); give "
+                                  "concurrent collectives distinct names");
   const int handle = ++last_;
   states_[handle] = std::move(state);
+  for (const auto& k : keys) held_.insert(k);
+  if (!keys.empty()) keys_[handle] = std::move(keys);
   return handle;
 }
 
@@ -110,6 +119,10 @@ void HandleTable::Release(int handle) {
   if (it == states_.end()) return;
   state = std::move(it->second);
   states_.erase(it);
+  auto k = keys_.find(handle);
+  if (k == keys_.end()) return;
+  for (const auto& key : k->second) held_.erase(key);
+  keys_.erase(k);
 }
 
 void HandleTable::Reset() {
@@ -117,6 +130,8 @@ void HandleTable::Reset() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     old.swap(states_);
+    keys_.clear();
+    held_.clear();
     last_ = 0;
   }
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "../common/runtime.h"
@@ -63,9 +64,13 @@ class TorchOpContext : public OpContext {
 };
 
 // Handles are ints (Horovod's torch API): Python polls, waits for and releases them by number.
+// Handles, and the names they hold: a collective's name stays taken from its call until its handle is waited on
+// (or released), not only while the core runs it, so submitting a name twice before synchronizing the first is
+// refused on the rank that does it whatever the timing (Horovod: the first may have completed already).
 class HandleTable {
  public:
-  int Add(std::shared_ptr<OpState> state);
+  // Throws std::invalid_argument when one of `names` is held by an unreleased handle of the same process set.
+  int Add(std::shared_ptr<OpState> state, int process_set_id, const std::vector<std::string>& names);
   std::shared_ptr<OpState> Get(int handle);  // throws std::invalid_argument for an unknown handle
   void Release(int handle);
   void Reset();
@@ -74,6 +79,8 @@ class HandleTable {
   std::mutex mu_;
   int last_ = 0;
   std::unordered_map<int, std::shared_ptr<OpState>> states_;
+  std::unordered_map<int, std::vector<std::string>> keys_;  // handle -> the "<set>|<name>" keys it holds
+  std::unordered_set<std::string> held_;
 };
 
 // Names of unnamed collectives: "<prefix>.noname.<n>", n counted per (prefix, process set). Every member of a set

@@ -136,7 +136,10 @@ class Op {
       e.callback = cb;
       e.context = ctx;
     }
-    const int handle = g_handles.Add(st);
+    std::vector<std::string> names;  // join and barrier are control names, not the user's
+    if (type_ != OpType::JOIN && type_ != OpType::BARRIER)
+      for (const auto& e : entries_) names.push_back(e.request.name);
+    const int handle = g_handles.Add(st, set_, names);
     {
       py::gil_scoped_release nogil;  // the core takes its own locks; never hold the GIL across them
       Runtime::Get().Enqueue(std::move(entries_), set_);
