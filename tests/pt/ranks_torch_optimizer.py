@@ -314,7 +314,6 @@ def names_of(model):
     ("groups_not_tensors", ValueError, "torch.Tensor"),
     ("passes", ValueError, "backward_passes_per_step must be > 0"),
     ("predivide_sum", ValueError, "gradient_predivide_factor not supported with op != Average"),
-    ("adasum", NotImplementedError, "Adasum"),
     ("twice", ValueError, "already a DistributedOptimizer"),
 ])
 def test_bad_arguments_fail_on_every_rank(case, error, match):
@@ -338,8 +337,6 @@ def test_bad_arguments_fail_on_every_rank(case, error, match):
         kwargs["backward_passes_per_step"] = 0
     elif case == "predivide_sum":
         kwargs.update(op=hvd.Sum, gradient_predivide_factor=2.0)
-    elif case == "adasum":
-        kwargs["op"] = hvd.Adasum
     elif case == "twice":
         opt = hvd.DistributedOptimizer(opt, named_parameters=named)
     with pytest.raises(error, match=match):
@@ -365,3 +362,53 @@ def test_process_set_averages_over_its_ranks_only():
         assert_same_params(model, expected)  # a rank outside the set trains alone
     finally:
         hvd.remove_process_set(pair)
+
+
+def adasum(a, b):
+    """The Adasum of two ranks' tensors (Maleki et al.): orthogonal ones add up, equal ones count once."""
+    dot = (a * b).sum()
+    return (1 - dot / (2 * (a * a).sum())) * a + (1 - dot / (2 * (b * b).sum())) * b
+
+
+@pytest.mark.skipif(N != 2, reason="the reference replays two ranks (Adasum needs a power of two: np=2 here)")
+def test_adasum_combines_every_ranks_step_with_adasum():
+    # Horovod's delta optimizer: each rank steps (SGD with momentum) on its own batch, the parameters' changes are
+    # combined with Adasum. One process replays both ranks (each replica with its own momentum) to check it.
+    model = make_model()
+    opt = hvd.DistributedOptimizer(SGD(model.parameters()), named_parameters=model.named_parameters(), op=hvd.Adasum)
+    replicas = [make_model() for _ in range(N)]
+    replica_opts = [SGD(m.parameters()) for m in replicas]
+    shared = [p.detach().clone() for p in model.parameters()]
+    for step in range(3):
+        opt.zero_grad()
+        loss_fn(model, *batch(step, R)).backward()
+        opt.step()
+        deltas = []
+        for r, (m, o) in enumerate(zip(replicas, replica_opts)):
+            with torch.no_grad():
+                for q, p in zip(m.parameters(), shared):
+                    q.copy_(p)
+            o.zero_grad()
+            loss_fn(m, *batch(step, r)).backward()
+            o.step()
+            deltas.append([q.detach() - p for q, p in zip(m.parameters(), shared)])
+        shared = [p + adasum(a, b) for p, a, b in zip(shared, *deltas)]
+        for (name, p), q in zip(model.named_parameters(), shared):
+            torch.testing.assert_close(p.detach(), q, msg=lambda m: "rank %d, step %d, %s: %s" % (R, step, name, m))
+
+
+@pytest.mark.skipif(N & (N - 1) == 0, reason="power-of-two ranks run Adasum")
+def test_adasum_over_other_rank_counts_fails_on_every_rank():
+    model = make_model()
+    with pytest.raises(NotImplementedError, match="power-of-two number of ranks in the process set, got 3"):
+        hvd.DistributedOptimizer(SGD(model.parameters()), named_parameters=model.named_parameters(), op=hvd.Adasum)
+
+
+def test_adasum_optimizer_has_nothing_to_skip():
+    model = make_model()
+    if N & (N - 1):
+        pytest.skip("Adasum needs a power-of-two number of ranks")
+    opt = hvd.DistributedOptimizer(SGD(model.parameters()), named_parameters=model.named_parameters(), op=hvd.Adasum)
+    with pytest.raises(AssertionError, match="not supported when using Adasum"):
+        with opt.skip_synchronize():
+            pass

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 import torch
 
+from tfring.torch._adasum_optimizer import _DistributedAdasumOptimizer
 from tfring.torch.compression import Compression
 from tfring.torch.mpi_ops import (Adasum, Average, Sum, allreduce_async_, global_process_set, grouped_allreduce_async_,
                                   size, sparse_allreduce_async, synchronize)
@@ -331,7 +332,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             parameters' positions in the optimizer).
         compression: `Compression.none` (default) or `Compression.fp16` (gradients travel as float16).
         backward_passes_per_step: backward passes accumulated locally before each allreduce (and step).
-        op: `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        op: `Average` (default), `Sum`, `Min`, `Max`, `Product`, or `Adasum`: then each rank steps on its own
+            gradients and the parameters' changes are combined with Adasum (Horovod's delta optimizer; a
+            power-of-two number of ranks; `groups` and `sparse_as_dense` do not apply).
         gradient_predivide_factor: with Average, gradients are divided by this before the sum and by size/this
             after it.
         num_groups: deprecated spelling of an int `groups`.
@@ -347,16 +350,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         ValueError: bad named_parameters (not (name, tensor) tuples, duplicate names, optimizer parameters left
             unnamed), groups, backward_passes_per_step <= 0, gradient_predivide_factor with an op other than
             Average, or an optimizer that is already distributed.
-        NotImplementedError: op=Adasum.
+        NotImplementedError: op=Adasum over a number of ranks that is not a power of two.
     """
-    if isinstance(optimizer, _DistributedOptimizer):
+    if isinstance(optimizer, (_DistributedOptimizer, _DistributedAdasumOptimizer)):
         raise ValueError("DistributedOptimizer: the optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError("DistributedOptimizer: expected a torch.optim.Optimizer, got %s" % type(optimizer).__name__)
-    if op == Adasum:
-        raise NotImplementedError("DistributedOptimizer: op=Adasum is not supported by tfring.torch (Horovod's Adasum "
-                                  "delta optimizer is not implemented); use op=Average, or allreduce(op=Adasum) "
-                                  "on tensors")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
@@ -370,12 +369,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("backward_passes_per_step must be > 0")
     process_set = global_process_set if process_set is None else process_set
     base = type(optimizer)
-    cls = type(base.__name__, (_DistributedOptimizer, base), {"__module__": __name__})
+    mixin = _DistributedAdasumOptimizer if op == Adasum else _DistributedOptimizer
+    cls = type(base.__name__, (mixin, base), {"__module__": __name__})
     distributed = cls.__new__(cls)
     # Share the wrapped optimizer's attributes (param_groups, state, defaults, hooks) instead of running its
     # __init__ again: optimizers with required arguments and state loaded before wrapping both keep working.
     # Instance-level methods (an LR scheduler's step wrapper bound to the original) are left behind.
-    distributed.__dict__.update({k: v for k, v in optimizer.__dict__.items() if not hasattr(_DistributedOptimizer, k)})
+    distributed.__dict__.update({k: v for k, v in optimizer.__dict__.items() if not hasattr(mixin, k)})
+    if op == Adasum:
+        distributed._tfring_adasum_init(_parameter_names(distributed.param_groups, named_parameters), compression,
+                                        backward_passes_per_step, process_set)
+        return distributed
     distributed._tfring_init(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
                              groups, sparse_as_dense, process_set)
     return distributed
