@@ -173,7 +173,7 @@ def test_broadcast_optimizer_state_of_a_distributed_optimizer_needs_no_step():
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     assert opt.param_groups[0]["lr"] == 0.01 and len(opt.state) == 0
-    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in model.parameters())  # as Horovod leaves them
     train(model, opt, steps=2, seed_rank=R)  # each rank its own data: averaged gradients keep parameters equal
     params = [p.detach() for p in model.parameters()]  # (BatchNorm's running statistics are local)
     for others in hvd.allgather_object(params):
@@ -186,6 +186,26 @@ class Point:
 
     def __eq__(self, other):
         return isinstance(other, Point) and other.x == self.x
+
+
+def test_fresh_optimizer_state_gives_zero_gradients_to_parameters_that_need_one():
+    # Horovod's test_broadcast_state_no_grad: a parameter without grad (an int index) next to one with it; after
+    # broadcasting a fresh optimizer's state the latter has a zero gradient (Horovod's state-creating step leaves
+    # one), the former none, and training goes on alike everywhere.
+    index = torch.nn.Parameter(torch.tensor([1, 3], dtype=torch.int32), requires_grad=False)
+    torch.manual_seed(R)
+    weight = torch.nn.Parameter(torch.rand(4, dtype=torch.float64))
+    opt = torch.optim.SGD([index, weight], lr=0.1, weight_decay=1e-6, momentum=0.9, nesterov=True)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=[("index", index), ("weight", weight)])
+    hvd.broadcast_parameters({"index": index, "weight": weight}, root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert index.grad is None
+    assert torch.equal(weight.grad, torch.zeros(4, dtype=torch.float64))
+    for step in range(2):
+        opt.zero_grad()
+        (torch.index_select(weight, 0, index.long()) * (R + step + 1)).sum().backward()
+        opt.step()
+    assert hvd.allgather_object(weight.detach().tolist()) == [weight.detach().tolist()] * N
 
 
 @pytest.mark.parametrize("root", [0, LAST])

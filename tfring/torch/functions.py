@@ -87,7 +87,9 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     Hyperparameters of every param group (lr, betas, ...), each parameter's state tensors (momentum buffers,
     Adam's moments and step, ...) and non-tensor state entries are copied from the root; state the root does not
     have is removed. A freshly created optimizer has no state yet; it then stays empty, and is created by the
-    first step identically on every rank (Horovod instead runs a step on zero gradients to create it).
+    first step identically on every rank (Horovod instead runs a step on zero gradients to create it, which moves
+    the parameters under weight decay); as after Horovod's, every parameter that requires grad and has no gradient
+    then has a zero one.
 
     Args:
         optimizer: a `torch.optim.Optimizer` or a `DistributedOptimizer`, built on the same model on every rank.
@@ -111,6 +113,12 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
                 local[key].copy_(value)  # keeps the tensor object, which a compiled step may hold
             else:
                 local[key] = value
+    if not states:
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.requires_grad and p.grad is None:
+                        p.grad = torch.zeros_like(p)
     tensors = []
     for g, group in enumerate(optimizer.param_groups):
         for j, p in enumerate(group["params"]):
