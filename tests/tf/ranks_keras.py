@@ -173,6 +173,19 @@ def test_broadcast_callback_syncs_the_optimizer_state_too():
     assert weights_equal_everywhere(model)
 
 
+def test_broadcast_callback_with_a_model_built_by_its_first_batch():
+    # Horovod's examples build Sequential models without an input shape: no weights until fit builds them. Every
+    # rank starts from its own random weights; after fit they are rank 0's, and identical, everywhere.
+    keras.utils.set_random_seed(R)
+    model = keras.Sequential([keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+    assert not model.variables
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    x, y = data(2, B, seed=R)
+    model.fit(x, y, batch_size=B, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    assert weights_equal_everywhere(model)
+
+
 def test_metric_average_covers_every_metric_and_validation():
     # Each rank has its own data, so every local metric differs; after MetricAverageCallback each logged value,
     # the validation ones and other metrics included, is the mean over the ranks.

@@ -46,6 +46,21 @@ def test_fit_matches_single_process_full_batch():
     assert all(np.array_equal(gathered[0], g) for g in gathered)
 
 
+def test_broadcast_callback_with_a_model_built_by_its_first_batch():
+    # Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py: a Sequential without an input shape has no
+    # weights at on_train_begin (model.variables raises); the callback sends them after the first batch, so
+    # ranks that started from their own random weights end identical.
+    tf_keras.utils.set_random_seed(R)
+    model = tf_keras.Sequential([tf_keras.layers.Dense(8, activation="tanh"), tf_keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.1)), loss="mse")
+    rng = np.random.RandomState(R)
+    model.fit(rng.randn(16, 5), rng.randn(16, 1), batch_size=4, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    flat = np.concatenate([w.ravel() for w in model.get_weights()])
+    gathered = np.asarray(hvd.allgather(flat[None, :]))
+    assert all(np.array_equal(gathered[0], g) for g in gathered)
+
+
 def test_warmup_sets_learning_rate_and_save_load(tmp_path):
     model = make_model()
     lr = 0.01 * N

@@ -9,8 +9,10 @@ class BroadcastGlobalVariablesCallback(Callback):
     """Starts every rank from `root_rank`'s weights and optimizer state (Horovod's callback).
 
     The model's variables are broadcast when training begins; the optimizer's as soon as it is built (Keras 3
-    builds it before training; a tf_keras optimizer in its first step, so right after that step). Put it first
-    in the callback list.
+    builds it before training; a tf_keras optimizer in its first step, so right after that step). A model that
+    has no weights when training begins (a tf_keras `Sequential` without an input shape is built by its first
+    batch) is broadcast right after that batch, with the optimizer, as Horovod does. Put it first in the callback
+    list.
 
     Args:
         root_rank: the global rank whose values everyone takes.
@@ -46,12 +48,22 @@ class BroadcastGlobalVariablesCallback(Callback):
         """
         self._local[var_key(var)] = var
 
+    def _model_variables(self):
+        """The model's variables; None while a model that its first batch builds has none yet."""
+        try:
+            variables = list(self.model.variables)
+        except ValueError:  # tf_keras: "Weights for model 'sequential' have not yet been created"
+            return None
+        return variables if variables or getattr(self.model, "built", True) else None
+
     def _broadcast(self):
         opt = getattr(self.model, "optimizer", None)
         variables = []
         if not self._model_done:
-            variables += list(self.model.variables)
-            self._model_done = True
+            model_variables = self._model_variables()
+            if model_variables is not None:
+                variables += model_variables
+                self._model_done = True
         if opt is not None and optimizer_built(opt) and not self._optimizer_done:
             if variables == []:
                 # The optimizer's state arrives after a step: that step ran with each rank's own state, so the
@@ -68,6 +80,6 @@ class BroadcastGlobalVariablesCallback(Callback):
         self._broadcast()
 
     def on_train_batch_end(self, batch, logs=None):
-        # An optimizer built lazily during the first step gets its state broadcast right after it.
-        if not self._optimizer_done:
+        # A model or optimizer built lazily during the first step gets broadcast right after it.
+        if not (self._optimizer_done and self._model_done):
             self._broadcast()
