@@ -64,7 +64,7 @@ class TorchOpContext : public OpContext {
 };
 
 // Handles are ints (Horovod's torch API): Python polls, waits for and releases them by number.
-// Handles, and the names they hold: a collective's name stays taken from its call until its handle is waited on
+// Handles, and the names they hold: a name the user gave stays taken from the call until its handle is waited on
 // (or released), not only while the core runs it, so submitting a name twice before synchronizing the first is
 // refused on the rank that does it whatever the timing (Horovod: the first may have completed already).
 class HandleTable {

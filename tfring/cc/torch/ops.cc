@@ -136,8 +136,10 @@ class Op {
       e.callback = cb;
       e.context = ctx;
     }
-    std::vector<std::string> names;  // join and barrier are control names, not the user's
-    if (type_ != OpType::JOIN && type_ != OpType::BARRIER)
+    // Only names the user gave are held until synchronize: generated ones are unique until the counts restart
+    // (join, init), and a handle the user dropped must not block the restarted count's names.
+    std::vector<std::string> names;
+    if (!name_.empty() && type_ != OpType::JOIN && type_ != OpType::BARRIER)
       for (const auto& e : entries_) names.push_back(e.request.name);
     const int handle = g_handles.Add(st, set_, names);
     {
