@@ -58,8 +58,8 @@ def test_unknown_and_unbuilt_flags_are_one_line_exit_2_from_the_command_line():
     """The real entry point (test_runner_flags.py covers every flag in-process)."""
     for argv, words in [(["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
                         (["-hostfile"], "argument -hostfile/--hostfile: expected one argument"),
-                        (["--autotune", "--autotune-bayes-opt-max-samples", "5"],
-                         "--autotune-bayes-opt-max-samples: tfring's autotune is a coordinate search"),
+                        (["--autotune", "--autotune-bayes-opt-max-samples", "-5"],
+                         "--autotune-bayes-opt-max-samples: -5 must be >= 0"),
                         (["--gloo"], "--gloo: the Gloo controller is not built")]:
         proc = tfringrun(["-np", "2"] + argv + ["python", "x.py"] if argv != ["-hostfile"] else argv)
         assert proc.returncode == 2 and proc.stdout.count("\n") == 1 and words in proc.stdout, proc.stdout

@@ -31,7 +31,7 @@ def script(tmp_path, body, name="job.py"):
 def test_knob_flags_reach_every_rank_and_take_effect(tmp_path):
     """One job with every knob flag: each rank sees the variables, the runtime runs with them (tunables, the
     timeline with cycle marks and no response-cache hits, the debug log line); --tcp reaches mpirun.
-    (--network-interface is run in test_multihost.py: Open MPI refuses a loopback-only interface list.)"""
+    (--network-interface: test_runner_horovod_compat.py on one host, test_multihost.py across hosts.)"""
     timeline, tune_log = tmp_path / "timeline.json", tmp_path / "tune.csv"
     job = script(tmp_path, """
         import json, os

@@ -36,11 +36,23 @@ REFUSED = {
     "num_nccl_streams": (lambda v: v not in (None, 1), "tfring uses one NCCL stream per device; more streams "
                                                        "are not built (pass 1 or drop it)"),
 }
-# Horovod's Bayesian-optimisation knobs: they only matter with autotune on, as in horovodrun.
-BAYES = {
-    "autotune_steps_per_sample": "tfring's autotune samples by time: use --autotune-sample-seconds",
-    "autotune_bayes_opt_max_samples": "tfring's autotune is a coordinate search, not Bayesian optimisation",
-    "autotune_gaussian_process_noise": "tfring's autotune is a coordinate search, not Bayesian optimisation",
+# A config file is often shared with Horovod jobs: there a key asking for one of those features is ignored (one
+# line says so) instead of refused. dest -> why.
+IGNORED_IN_CONFIG = {
+    "use_gloo": "the Gloo controller is not built in tfring; the job runs on MPI",
+    "torus_allreduce": "torus allreduce is not built in tfring; it runs a ring allreduce",
+    "thread_affinity": "pinning the background thread to a core is not built in tfring",
+    "num_nccl_streams": "tfring uses one NCCL stream per device",
+}
+# Accepted (horovodrun's types and ranges) and ignored, one line each: tfring has no counterpart. dest -> why.
+IGNORED = {
+    "autotune_steps_per_sample": "tfring's autotuner samples by time, not by steps (--autotune-sample-seconds, "
+                                 "default 1 s per sample)",
+    "autotune_bayes_opt_max_samples": "tfring's autotuner is a coordinate search over a fixed list of fusion "
+                                      "thresholds and cycle times, not Bayesian optimisation",
+    "autotune_gaussian_process_noise": "tfring's autotuner fits no Gaussian process: a candidate's score is the "
+                                       "median of its samples (--autotune-samples-per-candidate)",
+    "gloo_timeout_seconds": "it only applies to the Gloo controller; tfring runs on MPI",
 }
 NONNEGATIVE = ["fusion_threshold_mb", "cycle_time_ms", "cache_capacity", "autotune_warmup_samples",
                "autotune_steps_per_sample", "autotune_bayes_opt_max_samples", "stall_check_warning_time_seconds",
@@ -74,20 +86,15 @@ def check(args):
     """Checks parsed arguments (and fills in the elastic defaults, see check_elastic).
 
     Args:
-        args: parsed arguments (after the config file).
+        args: parsed arguments (after the config file). Sets args.notes: one line per flag or config key that is
+            accepted and ignored (tfringrun prints them once, before the job).
 
     Raises:
         UsageError: naming the flag (or config key) that asks for an unbuilt feature or has a bad value.
     """
-    where = functools.partial(_where, getattr(args, "origin", {}))
-    for dest, (asks, why) in REFUSED.items():
-        value = getattr(args, dest, None)
-        if asks(value):
-            raise UsageError("%s: %s" % (where(dest), why))
-    if args.autotune:
-        for dest, why in BAYES.items():
-            if getattr(args, dest, None) is not None:
-                raise UsageError("%s: %s" % (where(dest), why))
+    origin = getattr(args, "origin", {})
+    where = functools.partial(_where, origin)
+    notes = []
     for dest in NONNEGATIVE:
         value = getattr(args, dest, None)
         if value is not None and value < 0:
@@ -95,9 +102,21 @@ def check(args):
     noise = args.autotune_gaussian_process_noise
     if noise is not None and not 0 <= noise <= 1:
         raise UsageError("%s: %s must be in [0, 1]" % (where("autotune_gaussian_process_noise"), noise))
+    for dest, (asks, why) in REFUSED.items():
+        value = getattr(args, dest, None)
+        if asks(value):
+            if dest not in origin:
+                raise UsageError("%s: %s" % (where(dest), why))
+            notes.append("%s ignored: %s" % (origin[dest], IGNORED_IN_CONFIG[dest]))
+            setattr(args, dest, None)
     if args.np is not None and args.np < 1:
         raise UsageError("-np: must be a positive number of processes, got %d" % args.np)
     check_elastic(args, where)
+    for dest, why in IGNORED.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            notes.append("%s ignored: %s" % (origin.get(dest) or "%s %s" % (flag_name(dest), value), why))
+    args.notes = notes
 
 
 def is_elastic(args):

@@ -1,7 +1,8 @@
 """horovodrun's --config-file (YAML, read with PyYAML): the whole layout of Horovod 0.28.1's config_parser.
 
-Values fill only what the command line left unset (command-line flags win). Every error is one line naming
-the file, the key and the value."""
+Values fill only what the command line left unset (command-line flags win). Keys tfring has no counterpart for
+are ignored with one line each (checks.check: IGNORED, IGNORED_IN_CONFIG); a key outside this layout is refused.
+Every error is one line naming the file, the key and the value."""
 from tfring.runner.flags import LOG_LEVELS, UsageError
 
 # section -> {key: (argparse dest, type)}; type: int, float, bool, str or a tuple of allowed strings.
@@ -26,8 +27,11 @@ SECTIONS = {
     "library_options": {"mpi_threads_disable": ("mpi_threads_disable", bool),
                         "num_nccl_streams": ("num_nccl_streams", int), "thread_affinity": ("thread_affinity", int),
                         "gloo_timeout_seconds": ("gloo_timeout_seconds", int)},
-    "logging": {"level": ("log_level", tuple(LOG_LEVELS)), "with_timestamp": ("log_with_timestamp", bool)},
+    "logging": {"level": ("log_level", tuple(LOG_LEVELS)), "with_timestamp": ("log_with_timestamp", bool),
+                # the config spelling of --log-hide-timestamp (Horovod's own test config uses it)
+                "hide_timestamp": ("log_with_timestamp", bool)},  # inverted below
 }
+INVERTED = {("stall_check", "enabled"), ("logging", "hide_timestamp")}
 # top-level scalar keys: key -> (dest, type)
 TOP = {"controller": ("controller", ("gloo", "mpi")), "verbose": ("verbose", (bool, int))}
 
@@ -88,7 +92,7 @@ def read_config_file(path):
         if section in TOP:
             dest, typ = TOP[section]
             try:
-                values[dest] = (_convert(body, typ), "%s: %s" % (where, section))
+                values[dest] = (_convert(body, typ), "%s: %s: %r" % (where, section, body))
             except ValueError:
                 raise UsageError("%s: %s: %r is not %s" % (where, section, body, _typename(typ)))
             continue
@@ -110,9 +114,12 @@ def read_config_file(path):
                 value = _convert(value, typ)
             except ValueError:
                 raise UsageError("%s: %s.%s: %r is not %s" % (where, section, key, value, _typename(typ)))
-            if (section, key) == ("stall_check", "enabled"):
+            if (section, key) in INVERTED:
                 value = not value
-            values[dest] = (value, "%s: %s.%s: %r" % (where, section, key, body[key]))
+            named = "%s: %s.%s: %r" % (where, section, key, body[key])
+            if dest in values and values[dest][0] != value:
+                raise UsageError("%s contradicts %s" % (named, values[dest][1][len(where) + 2:]))
+            values[dest] = (value, named)
     return values
 
 

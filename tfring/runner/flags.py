@@ -101,7 +101,8 @@ def build_parser():
     g.add_argument("--autotune-samples-per-candidate", type=int, help="tfring: samples per candidate (median)")
     for flag, typ in (("--autotune-steps-per-sample", int), ("--autotune-bayes-opt-max-samples", int),
                       ("--autotune-gaussian-process-noise", float)):
-        g.add_argument(flag, type=typ, help="Horovod's Bayesian-optimisation knob: refused with --autotune")
+        g.add_argument(flag, type=typ, help="Horovod's Bayesian-optimisation knob: accepted and ignored (tfring's "
+                       "autotuner has no counterpart; tfringrun says so in one line)")
 
     g = p.add_argument_group("elastic arguments (on with --min-np, --max-np or --host-discovery-script)")
     g.add_argument("--min-np", "--min-num-proc", dest="min_num_proc", type=int,

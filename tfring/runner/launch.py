@@ -9,6 +9,7 @@ from tfring.runner.config import apply_config_file
 from tfring.runner.flags import UsageError, build_parser
 from tfring.runner.info import check_build
 from tfring.runner.mpirun import plan
+from tfring.runner.output import stamp
 from tfring.runner.supervise import run_command
 
 
@@ -29,6 +30,19 @@ def parse(argv):
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
     return args
+
+
+def say_notes(args, stream=None):
+    """Prints args.notes (flags and config keys accepted and ignored), one line each, once per job.
+
+    Args:
+        args: checked arguments.
+        stream: where to (default sys.stderr).
+    """
+    stream = stream or sys.stderr
+    for note in getattr(args, "notes", []):
+        stream.write("%stfringrun: %s\n" % (stamp() + " " if args.log_with_timestamp else "", note))
+    stream.flush()
 
 
 def main(argv=None):
@@ -52,8 +66,10 @@ def main(argv=None):
             raise UsageError("no command to run (e.g. tfringrun -np 2 python train.py)")
         if is_elastic(args):
             from tfring.runner.elastic.driver import run_elastic  # only elastic jobs need the driver
+            say_notes(args)
             sys.exit(run_elastic(args))
         cmd, env = plan(args)
+        say_notes(args)  # after every check: a refused command line stays one line
     except UsageError as e:
         sys.stderr.write("tfringrun: %s\n" % e)
         sys.exit(2)

@@ -3,9 +3,11 @@ never sees a setup error (root, more ranks than cores, core binding), the launch
 host, the flags' knobs, and for an elastic job ULFM and the ranks' side of the launcher<->rank contract
 (tfring.common.launch_env)."""
 import argparse
+import ipaddress
 import json
 import os
 import shlex
+import socket
 import sys
 
 from tfring.common import launch_env
@@ -98,6 +100,70 @@ def elastic_timeout(args, environ):
     return DEFAULT_ELASTIC_TIMEOUT
 
 
+def is_loopback(nic):
+    """Whether an interface name (on this host) or a CIDR subnet is the loopback.
+
+    Args:
+        nic: e.g. "lo", "eth0", "127.0.0.0/8".
+
+    Returns:
+        bool
+    """
+    if "/" in nic:
+        try:
+            return ipaddress.ip_network(nic, strict=False).is_loopback
+        except ValueError:
+            return False
+    try:
+        with open("/sys/class/net/%s/flags" % nic) as f:
+            return bool(int(f.read(), 16) & 0x8)  # IFF_LOOPBACK
+    except (OSError, ValueError):
+        return nic == "lo"
+
+
+def is_this_host(host):
+    """Whether a host name of -H names the launching host (Open MPI then starts no daemon there).
+
+    Args:
+        host: e.g. "localhost", "node1".
+
+    Returns:
+        bool
+    """
+    name = socket.gethostname()
+    return host in LOCAL_NAMES or host in (name, name.split(".")[0])  # no DNS lookup: it may hang offline
+
+
+def nic_args(nics, hosts):
+    """mpirun's arguments for --network-interface(s): the ranks' TCP traffic (btl_tcp_if_include, as horovodrun)
+    and, when the job spans hosts, PRRTE's daemons' too (oob_tcp_if_include).
+
+    PRRTE's out-of-band channel never uses a loopback interface: a loopback-only list leaves it none and mpirun
+    exits 213 ("No network interfaces were found for out-of-band communications"). On one host there is no remote
+    daemon to reach, so the daemons keep their default there; the ranks' TCP BTL takes `lo` (shared memory carries
+    a host's traffic anyway). horovodrun on one host itself passes the interfaces with 127.0.0.1 (`lo`).
+
+    Args:
+        nics: the interface names or CIDR subnets, in order.
+        hosts: the host names of -H/--hostfile (empty: localhost).
+
+    Returns:
+        list: mpirun arguments.
+
+    Raises:
+        UsageError: a loopback-only list for a job on other hosts (it cannot reach them).
+    """
+    joined = ",".join(nics)
+    cmd = ["--mca", "btl_tcp_if_include", joined]
+    others = [h for h in hosts if not is_this_host(h)]
+    if not others:
+        return cmd
+    if all(is_loopback(n) for n in nics):
+        raise UsageError("--network-interface %s: the loopback interface cannot reach the other hosts (%s); name an "
+                         "interface or subnet they share, or drop the flag" % (joined, ",".join(others)))
+    return cmd + ["--mca", "oob_tcp_if_include", joined]
+
+
 def rank_command(args):
     """The command every rank execs: args.command with a bare `python`/`python3` made the interpreter tfring is
     installed in (even when its venv is not activated).
@@ -146,10 +212,9 @@ def plan(args, environ=None):
     if args.tcp_flag:
         cmd += TCP_ONLY
     if args.nics:
-        nics = ",".join(args.nics)
-        cmd += ["--mca", "btl_tcp_if_include", nics, "--mca", "oob_tcp_if_include", nics]
+        cmd += nic_args(args.nics, [h for h, _ in hosts or []])
         if not any("/" in n for n in args.nics):  # NCCL takes names only, not subnets
-            env.setdefault("NCCL_SOCKET_IFNAME", nics)  # as horovodrun
+            env.setdefault("NCCL_SOCKET_IFNAME", ",".join(args.nics))  # as horovodrun
     ssh = []
     if args.ssh_port:
         ssh += ["-p", str(args.ssh_port)]
