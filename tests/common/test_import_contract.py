@@ -37,6 +37,8 @@ RULES = {
     # Engines start jobs through the launcher; their estimators train with the Keras layer.
     "spark": ({"runner", "common", "keras", "tensorflow"}, {"pyspark", "keras", "tensorflow"}),
     "ray": ({"runner", "common"}, {"ray"}),
+    # python -m tfring.migrate: reads scripts with ast, imports no framework and no binding.
+    "migrate": (set(), set()),
 }
 LAYER_OF_PACKAGE = {"common": "common", "tensorflow": "tensorflow", "torch": "torch", "mxnet": "mxnet", "jax": "jax",
                     "keras": "keras", "callbacks": "keras", "runner": "runner", "spark": "spark", "ray": "ray"}
