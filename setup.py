@@ -66,6 +66,22 @@ def build_mxnet_extension(builder, out, link_core):
     builder._write_info({"mxnet": metadata.version("mxnet")})
 
 
+def jax_sources():
+    return sorted(glob.glob("tfring/cc/jax/*.cc"))
+
+
+def build_jax_extension(builder, out, link_core):
+    """tfring.jax._tfring_jax: XLA FFI handlers (a plain C library: ctypes hands its symbols to
+    jax.ffi.register_ffi_target), built on jaxlib's header-only FFI API; nothing of jax is linked."""
+    import importlib.util
+    from importlib import metadata
+    include = os.path.join(importlib.util.find_spec("jaxlib").submodule_search_locations[0], "include")
+    flags = builder._common + builder._mpi_c + ["-I" + include]
+    objects = builder._compile([(src, flags) for src in jax_sources()])
+    builder._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/.."])
+    builder._write_info({"jax": metadata.version("jaxlib")})
+
+
 def nccl_sources():
     """(host .cc files, CUDA .cu files) of the GPU backend."""
     return (sorted(glob.glob("tfring/cc/common/ops/nccl/*.cc")), sorted(glob.glob("tfring/cc/common/ops/nccl/*.cu")))
@@ -300,6 +316,8 @@ class BuildOps(build_ext):
             self._write_info({"torch": torch.__version__})
         elif ext.name == "tfring.mxnet._tfring_mxnet":
             build_mxnet_extension(self, out, link_core)
+        elif ext.name == "tfring.jax._tfring_jax":
+            build_jax_extension(self, out, link_core)
 
 
 def extensions():
@@ -311,6 +329,8 @@ def extensions():
         exts.append(Extension("tfring.torch._tfring_torch", sources=[]))
     if wanted("MXNET", "mxnet") and mxnet_sources():
         exts.append(Extension("tfring.mxnet._tfring_mxnet", sources=[]))
+    if wanted("JAX", "jaxlib") and jax_sources():
+        exts.append(Extension("tfring.jax._tfring_jax", sources=[]))
     if not exts:
         sys.exit("tfring: no framework to build for (TensorFlow or PyTorch must import at build time)")
     return exts
@@ -342,6 +362,8 @@ setup(
                     # The torch binding compiles against the torch in the environment: install torch first, then
                     # tfring with --no-build-isolation (README).
                     "torch": ["torch>=2.1"],
+                    # The JAX binding (XLA FFI handlers, built against jaxlib's headers: --no-build-isolation).
+                    "jax": ["jax[cpu]>=0.10.2", "optax>=0.2"],
                     # Engines (README "Spark", "Ray"): optional, the base install stays lean.
                     "spark": ["pyspark>=3.5", "pyarrow>=14", "pandas<3"],  # pyspark 4.3 warns on pandas 3
                     "ray": ["ray>=2.10"]},

@@ -30,8 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PUBLIC_MODULES = ["tfring", "tfring.keras", "tfring.callbacks", "tfring.keras.callbacks", "tfring.tensorflow.elastic",
                   "tfring.spark", "tfring.ray"]
 # Checked where their framework or engine is installed (they build on its classes, e.g. torch.optim, pyspark.ml).
-OPTIONAL_MODULES = {"tfring.torch": "torch", "tfring.torch.elastic": "torch", "tfring.spark.keras": "pyspark",
-                    "tfring.spark.common": "pyspark"}
+OPTIONAL_MODULES = {"tfring.torch": "torch", "tfring.torch.elastic": "torch", "tfring.jax": "jax",
+                    "tfring.spark.keras": "pyspark", "tfring.spark.common": "pyspark"}
 CALLBACKS = ["BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "LearningRateScheduleCallback",
              "LearningRateWarmupCallback", "MetricAverageCallback"]
 # What the HTML pages of modules without __all__ list (tfring.keras also has everything of tfring's page).

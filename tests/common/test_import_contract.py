@@ -30,7 +30,7 @@ RULES = {
     "tensorflow": ({"common"}, {"tensorflow", "keras", "tf_keras"}),  # TF's Keras is part of its framework
     "torch": ({"common"}, {"torch"}),
     "mxnet": ({"common"}, {"mxnet"}),
-    "jax": ({"common"}, {"jax", "jaxlib"}),
+    "jax": ({"common"}, {"jax", "jaxlib", "optax"}),  # optax: the DistributedOptimizer is an optax transformation
     # Keras 3 (and tf_keras) on the active backend's binding.
     "keras": ({"common", "tensorflow", "torch", "jax"}, {"keras", "tf_keras", "tensorflow", "torch", "jax"}),
     "runner": ({"common"}, set()),
@@ -264,6 +264,13 @@ NO_TF = "import sys; {}; bad = sorted(m for m in ('tensorflow', 'keras', 'tf_ker
 def test_torch_binding_loads_no_tensorflow():
     proc = _fresh(NO_TF.format("import tfring.torch as hvd; hvd.init(); hvd.allreduce(__import__('torch').ones(2)); "
                                "hvd.elastic.TorchState"))
+    assert proc.stdout.strip().endswith("ok"), proc.stdout[-3000:]
+
+
+@pytest.mark.skipif(not _installed("jax"), reason="jax is not installed")
+def test_jax_binding_loads_no_tensorflow_and_no_torch():
+    proc = _fresh(NO_TF.format("import tfring.jax as hvd; hvd.init(); hvd.allreduce(__import__('jax').numpy.ones(2)); "
+                               "assert 'torch' not in sys.modules"))
     assert proc.stdout.strip().endswith("ok"), proc.stdout[-3000:]
 
 

@@ -1,0 +1,33 @@
+"""tfring.jax on real ranks: the rank-side files in tests/jx run under mpirun at np=2 and np=3 (process sets: a
+set of two ranks at np=3), all in one pytest process per np; every rank checks its own values. (Not tests/jax/:
+that directory would be importable as a namespace package `jax` where jax is not installed.)"""
+import pytest
+
+from conftest import run_rank_pytest
+
+pytestmark = pytest.mark.slow  # real ranks under mpirun
+
+pytest.importorskip("jax", reason="jax is not installed: tfring.jax is not built or tested")
+pytest.importorskip("optax", reason="optax is not installed (the jax extra)")
+
+FILES = ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "errors")]
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_jax_ranks(np_):
+    proc = run_rank_pytest(np_, FILES, timeout=900, extra_env={"TFRING_DYNAMIC_PROCESS_SETS": "1"})
+    assert proc.stdout.count(" passed") >= np_, proc.stdout[-5000:]
+
+
+def test_jax_digits_example_reaches_95_percent_at_np2():
+    # The README's JAX example through the launcher, as a user runs it.
+    import subprocess
+    import sys
+
+    from conftest import ROOT, rank_env
+    cmd = [sys.executable, "-m", "tfring.runner", "-np", "2", sys.executable, "examples/jax_digits.py",
+           "--target-accuracy", "0.95"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "[0]<stdout>:epoch 15: validation accuracy" in proc.stdout

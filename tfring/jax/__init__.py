@@ -1,0 +1,65 @@
+"""tfring for JAX: Horovod's API on JAX arrays, eagerly and inside jax.jit (XLA FFI on CPU, zero copy), on the
+same runtime as the other bindings (no TensorFlow needed).
+
+    import tfring.jax as hvd
+    hvd.init()
+    params = hvd.broadcast_parameters(params, root_rank=0)
+    tx = hvd.DistributedOptimizer(optax.adam(1e-3))          # gradients averaged over the ranks
+
+    @jax.jit
+    def step(params, opt_state, batch):
+        grads = jax.grad(loss)(params, batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+"""
+from tfring.common import basics as _basics
+from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
+                                  gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                                  mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
+                                  start_timeline, stop_timeline)
+from tfring.common.errors import HorovodInternalError  # noqa: F401
+from tfring.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
+                                        remove_process_set)
+from tfring.common.reduce_ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
+from tfring.jax import _ffi
+from tfring.jax._collectives import allgather, allreduce, grouped_allgather, grouped_allreduce  # noqa: F401
+from tfring.jax._scatter import (alltoall, broadcast, grouped_broadcast, grouped_reducescatter,  # noqa: F401
+                                 reducescatter)
+from tfring.jax.functions import allgather_object, broadcast_object, broadcast_parameters  # noqa: F401
+from tfring.jax.optimizer import DistributedOptimizer, allreduce_gradients  # noqa: F401
+
+
+def init(comm=None, process_sets=None):
+    """Starts tfring (see `tfring.common.basics.init`); unnamed collectives are numbered afresh.
+
+    Args:
+        comm: run on MPI_COMM_WORLD (None), on an mpi4py communicator, or on a list of MPI_COMM_WORLD ranks.
+        process_sets: `ProcessSet` objects to register; every rank passes the same list.
+    """
+    _ffi.reset_names()
+    _basics.init(comm, process_sets)
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every rank of the set has called it (eager only).
+
+    Args:
+        process_set: the `tfring.ProcessSet` (default: all ranks).
+    """
+    _ffi.control(_ffi._BARRIER, _ffi.set_id("barrier", process_set))
+
+
+def join(process_set=global_process_set):
+    """This rank is out of data: until every rank of the set joined, it takes part in the others' allreduces
+    with zeros (Average divides by the whole set, as Horovod). Eager only.
+
+    Args:
+        process_set: the `tfring.ProcessSet` to join (default: all ranks).
+
+    Returns:
+        int: the global rank that joined last, the same on every rank.
+    """
+    pid = _ffi.set_id("join", process_set)
+    last = _ffi.control(_ffi._JOIN, pid)
+    _ffi.reset_names()  # joined ranks skipped unnamed collectives: restart the counts alike
+    return last

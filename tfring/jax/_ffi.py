@@ -1,0 +1,84 @@
+"""Loads tfring's XLA FFI handlers, registers them with JAX, and calls them (eagerly or inside jax.jit).
+
+Every call has a side effect for XLA (`has_side_effect=True`): a collective whose result is unused still runs,
+and two identical ones are never merged into one, so every rank submits the same collectives.
+"""
+import ctypes
+import itertools
+import threading
+
+import jax
+import numpy as np
+
+from tfring.common import library as _lib
+from tfring.common import topology
+from tfring.common.process_sets import global_process_set, process_set_id_of, process_set_of
+
+_TARGETS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
+_JOIN, _BARRIER = 5, 6
+
+
+def _load():
+    lib = _lib.load_extension("jax", jax.__version__, "jax", "_tfring_jax*.so", ctypes.CDLL)
+    for name in _TARGETS:
+        symbol = getattr(lib, "tfring_jax_" + name)
+        jax.ffi.register_ffi_target("tfring_" + name, jax.ffi.pycapsule(symbol), platform="cpu")
+    lib.tfring_jax_control.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
+                                       ctypes.c_int]
+    return lib
+
+
+_C = _load()  # kept alive for the process: the registered targets point into it
+
+_counter_lock = threading.Lock()
+_counters = {}
+
+
+def auto_name(kind, process_set_id):
+    """Horovod's `<kind>.noname.<n>`, counted per kind and process set in call (or trace) order: every rank
+    issues the same sequence of unnamed collectives, so the n agree. Restarted at every init."""
+    with _counter_lock:
+        counter = _counters.setdefault((kind, process_set_id), itertools.count(1))
+        return "%s.noname.%d" % (kind, next(counter))
+
+
+def reset_names():
+    with _counter_lock:
+        _counters.clear()
+
+
+def set_id(fn, process_set):
+    return process_set_id_of(process_set, fn)
+
+
+def process_set(pid):
+    return global_process_set if pid == 0 else process_set_of(pid)
+
+
+def root_is_me(root, pid):
+    """Whether this process is `root` (a global rank, as Horovod's root ranks)."""
+    return topology.rank() == root
+
+
+def call(kind, operands, results, **attrs):
+    """Runs the `tfring_<kind>` handler on `operands`; `results` are ShapeDtypeStructs. Returns the results."""
+    typed = {k: (np.int64(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                 else np.float64(v) if isinstance(v, float) else v) for k, v in attrs.items()}
+    aliases = {i: i for i in range(len(operands))} if kind in ("allreduce", "broadcast") else None
+    fn = jax.ffi.ffi_call("tfring_" + kind, results, has_side_effect=True, vmap_method="sequential",
+                          input_output_aliases=aliases)
+    out = fn(*operands, **typed)
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def control(op, process_set_id):
+    """join (returns the last rank to join) or barrier, blocking without the GIL."""
+    result = ctypes.c_int(-1)
+    err = ctypes.create_string_buffer(4096)
+    code = _C.tfring_jax_control(op, process_set_id, ctypes.byref(result), err, len(err))
+    if code != 0:
+        message = err.value.decode(errors="replace")
+        if code == 1:  # INVALID_ARGUMENT
+            raise ValueError(message)
+        raise RuntimeError(message)
+    return result.value

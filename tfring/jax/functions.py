@@ -1,0 +1,76 @@
+"""Pytrees and Python objects across ranks: `broadcast_parameters` (model parameters, optax states),
+`broadcast_object`, `allgather_object` (serialized with cloudpickle, as Horovod; read back with the standard
+unpickler: they come from the job's own ranks)."""
+import pickle
+
+import cloudpickle
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tfring.common import topology
+from tfring.common.process_sets import global_process_set
+from tfring.jax._collectives import allgather
+from tfring.jax._scatter import broadcast, grouped_broadcast
+
+
+def broadcast_parameters(params, root_rank=0, name=None, process_set=global_process_set):
+    """Every rank gets `root_rank`'s values of a pytree of arrays (parameters, an optax state), in one call.
+
+    Args:
+        params: a pytree whose leaves are arrays (or numbers); the same structure on every rank.
+        root_rank: the global rank whose values are sent.
+        name: the collective's name (default "broadcast_parameters").
+        process_set: the `tfring.ProcessSet` (default: all ranks).
+
+    Returns:
+        The pytree with the root's values (same structure, shapes and dtypes).
+    """
+    leaves, tree = jax.tree_util.tree_flatten(params)
+    arrays = [jnp.asarray(leaf) for leaf in leaves]
+    out = grouped_broadcast(arrays, root_rank, name=name or "broadcast_parameters", process_set=process_set)
+    return jax.tree_util.tree_unflatten(tree, out)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Sends a Python object from `root_rank` to every rank of the set.
+
+    Args:
+        obj: the object (only the root's is used).
+        root_rank: the global rank whose object is sent.
+        name: prefix of the collectives' names (default "broadcast_object").
+        process_set: the `tfring.ProcessSet` (default: all ranks).
+
+    Returns:
+        `root_rank`'s object (on the root, `obj` itself).
+    """
+    name = name or "broadcast_object"
+    root = topology.rank() == root_rank
+    payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8) if root else np.zeros(0, np.uint8)
+    length = broadcast(jnp.asarray([payload.size], dtype=jnp.int32), root_rank, name=name + ".sz",
+                       process_set=process_set)
+    data = payload if root else np.zeros(int(length[0]), np.uint8)
+    data = broadcast(jnp.asarray(data), root_rank, name=name + ".t", process_set=process_set)
+    return obj if root else pickle.loads(np.asarray(data).tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Gathers a Python object from every rank of the set.
+
+    Args:
+        obj: this rank's object.
+        name: prefix of the collectives' names (default "allgather_object").
+        process_set: the `tfring.ProcessSet` (default: all ranks).
+
+    Returns:
+        list: the objects, in rank order, on every rank.
+    """
+    name = name or "allgather_object"
+    payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
+    sizes = allgather(jnp.asarray([payload.size], dtype=jnp.int32), name=name + ".sz", process_set=process_set)
+    data = np.asarray(allgather(jnp.asarray(payload), name=name + ".t", process_set=process_set)).tobytes()
+    out, offset = [], 0
+    for n in np.asarray(sizes).tolist():
+        out.append(pickle.loads(data[offset:offset + n]))
+        offset += n
+    return out

@@ -1,0 +1,80 @@
+"""`DistributedOptimizer` for optax: an optax GradientTransformation that averages the gradients over the ranks
+(one grouped allreduce of the whole gradient pytree, fused by the core) before the wrapped transformation.
+
+    tx = hvd.DistributedOptimizer(optax.adam(1e-3))
+    updates, opt_state = tx.update(grads, opt_state, params)     # inside jax.jit too
+"""
+import jax
+import optax
+
+from tfring.common.process_sets import global_process_set
+from tfring.common.reduce_ops import Adasum, Average, Sum, resolve_op
+from tfring.jax._collectives import grouped_allreduce
+
+
+def allreduce_gradients(op=Average, gradient_predivide_factor=1.0, process_set=global_process_set, name=None):
+    """An optax transformation that reduces the updates (gradients) over the ranks.
+
+    Args:
+        op: Average (default) or Sum.
+        gradient_predivide_factor: with Average, gradients are divided by this before the sum and by
+            size/this after it (Horovod's option).
+        process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
+        name: the collective's name (default: numbered in trace order).
+
+    Returns:
+        optax.GradientTransformation
+
+    Raises:
+        ValueError: an op other than Average/Sum, or a bad gradient_predivide_factor.
+    """
+    op = resolve_op("DistributedOptimizer", op, None)
+    if op not in (Average, Sum):
+        raise ValueError("tfring.jax.DistributedOptimizer: op must be Average or Sum, got %r%s"
+                         % (op, " (Adasum is not implemented for JAX)" if op == Adasum else ""))
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if gradient_predivide_factor <= 0:
+        raise ValueError("gradient_predivide_factor must be > 0, got %r" % (gradient_predivide_factor,))
+
+    def update(updates, state, params=None):
+        del params
+        leaves, tree = jax.tree_util.tree_flatten(updates)
+        if not leaves:
+            return updates, state
+        pre = 1.0 / gradient_predivide_factor
+        post = gradient_predivide_factor if op == Average else 1.0
+        reduced = grouped_allreduce(leaves, op=op, prescale_factor=pre, postscale_factor=post, name=name,
+                                    process_set=process_set)
+        return jax.tree_util.tree_unflatten(tree, reduced), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def DistributedOptimizer(optimizer, op=Average, gradient_predivide_factor=1.0, backward_passes_per_step=1,
+                         process_set=global_process_set, name=None):
+    """Wraps an optax transformation so that it sees the gradients averaged over the ranks.
+
+    Args:
+        optimizer: an optax.GradientTransformation.
+        op: Average (default) or Sum.
+        gradient_predivide_factor: see `allreduce_gradients`.
+        backward_passes_per_step: gradients of this many steps are accumulated locally (optax.MultiSteps)
+            before one reduction and update.
+        process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
+        name: the collective's name.
+
+    Returns:
+        optax.GradientTransformation (an optax.MultiSteps when backward_passes_per_step > 1).
+
+    Raises:
+        ValueError: a bad op, predivide factor or backward_passes_per_step.
+    """
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError("tfring.jax.DistributedOptimizer: expected an optax.GradientTransformation, got %s"
+                         % type(optimizer).__name__)
+    if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
+            or backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be an int > 0, got %r" % (backward_passes_per_step,))
+    tx = optax.chain(allreduce_gradients(op, gradient_predivide_factor, process_set, name), optimizer)
+    return optax.MultiSteps(tx, backward_passes_per_step) if backward_passes_per_step > 1 else tx
