@@ -67,6 +67,88 @@ def test_mismatch_on_host_path_raises():
         hvd.alltoall(mx.nd.ones((size,)), splits=[size + 1] + [0] * (size - 1), name="bad_splits")
 
 
+def assert_argument_error(excinfo, *words):
+    """Horovod's mxnet raises MXNetError for a bad argument, its Python checks and tfring ValueError: both."""
+    assert isinstance(excinfo.value, mx.base.MXNetError) and isinstance(excinfo.value, ValueError), excinfo.value
+    for word in words:
+        assert word in str(excinfo.value), (word, str(excinfo.value))
+
+
+def test_alltoall_bad_splits_raise_on_every_rank():
+    rank, size = init()
+    # No splits: the first dimension must divide by the ranks.
+    with pytest.raises(mx.base.MXNetError) as e:
+        hvd.alltoall(mx.nd.ones((size + 1,)), name="split_length")
+    assert_argument_error(e, "splits", "first dimension %d" % (size + 1), "%d ranks" % size)
+    # Splits adding up to more than the first dimension (Horovod's test: an int32 NDArray of ones).
+    with pytest.raises(ValueError) as e:
+        hvd.alltoall(mx.nd.ones((size - 1,)), mx.nd.ones((size,), dtype=np.int32), name="split_sum")
+    assert_argument_error(e, "splits summing to %d" % size, "first dimension is %d" % (size - 1))
+    # Only the last rank's splits are wrong: every rank raises (negotiation finds it), naming that rank.
+    splits = [1] * size if rank != size - 1 else [2] * size
+    with pytest.raises(ValueError) as e:
+        hvd.alltoall(mx.nd.ones((size, 2)), splits=splits, name="split_one_rank")
+    assert_argument_error(e, "rank %d passed splits summing to %d" % (size - 1, 2 * size))
+    with pytest.raises(ValueError) as e:
+        hvd.alltoall(mx.nd.ones((size,)), splits=[-1] + [1] * (size - 2) + [2], name="split_negative")
+    assert_argument_error(e, "negative split -1")
+    with pytest.raises(ValueError) as e:
+        hvd.alltoall(mx.nd.ones((size + 1,)), splits=[size + 1], name="split_count")
+    assert_argument_error(e, "splits of length 1", "one per rank (%d)" % size)
+    with pytest.raises(ValueError) as e:
+        hvd.alltoall(mx.nd.array(float(rank)), name="split_scalar")
+    assert_argument_error(e, "scalar")
+    # The runtime goes on, unnamed collectives still agree across ranks.
+    out, received = hvd.alltoall(mx.nd.full((size,), rank), splits=mx.nd.ones((size,), dtype=np.int64))
+    np.testing.assert_array_equal(out.asnumpy(), np.arange(size))
+    assert received.asnumpy().tolist() == [1] * size
+
+
+@pytest.mark.parametrize("splits, words", [
+    (lambda size: mx.nd.ones((size,), dtype=np.float32), ["splits must hold integers", "float32"]),
+    (lambda size: np.ones(size, dtype=np.float64), ["splits must hold integers", "float64"]),
+    (lambda size: mx.nd.ones((size,), dtype=np.bool_), ["splits must hold integers", "bool"]),
+    (lambda size: [1.0] * size, ["splits=[1.0", "integers"]),
+    (lambda size: [True] * size, ["splits=[True", "integers"]),
+    (lambda size: np.ones((1, size), dtype=np.int32), ["splits must be a vector", "(1, {size})"]),
+    (lambda size: size, ["splits={size}", "integers"]),
+])
+def test_alltoall_splits_of_the_wrong_type_raise(splits, words):
+    # Checked before any communication: every rank passing them raises, none waits for the others.
+    rank, size = init()
+    with pytest.raises(ValueError) as e:
+        hvd.alltoall(mx.nd.ones((size,)), splits(size), name="split_type")
+    assert_argument_error(e, "tfring.mxnet.alltoall", *[w.format(size=size) for w in words])
+
+
+def test_reducescatter_of_a_scalar_raises_on_every_rank():
+    rank, size = init()
+    with pytest.raises(ValueError) as e:
+        hvd.reducescatter(mx.nd.array(rank, dtype=np.float32), op=hvd.Average)
+    assert_argument_error(e, "reducescatter", "scalar")
+    with pytest.raises(ValueError) as e:
+        hvd.grouped_reducescatter([mx.nd.zeros((3, 1)), mx.nd.array(rank, dtype=np.float32)], op=hvd.Sum)
+    assert_argument_error(e, "grouped_reducescatter", "scalar")
+    # A scalar on one rank only: the ranks disagree on the shape, every rank raises (a RuntimeError).
+    x = mx.nd.array(1.0) if rank == 0 else mx.nd.ones((1,))
+    with pytest.raises(mx.base.MXNetError, match="disagree on shape"):
+        hvd.reducescatter(x, op=hvd.Sum, name="scalar_on_rank_0")
+    # Scalars still gather as one value per rank; the runtime goes on.
+    np.testing.assert_array_equal(hvd.allgather(mx.nd.array(float(rank))).asnumpy(), np.arange(size))
+    out = hvd.reducescatter(mx.nd.ones((size, 2)), op=hvd.Sum)
+    np.testing.assert_array_equal(out.asnumpy(), np.full((1, 2), size))
+
+
+def test_shutdown_raises_a_pending_failure_and_still_shuts_down():
+    rank, size = init()
+    hvd.allreduce(mx.nd.ones((rank + 1,)), name="pending_mismatch")  # fails in the engine, never read
+    with pytest.raises(mx.base.MXNetError, match="disagree on shape"):
+        hvd.shutdown()
+    assert not hvd.is_initialized()
+    hvd.init()
+    np.testing.assert_allclose(hvd.allreduce(mx.nd.ones((2,)), op=hvd.Sum).asnumpy(), size)
+
+
 def test_shutdown_then_init_again():
     rank, size = init()
     hvd.shutdown()

@@ -10,9 +10,9 @@ write); allgather, alltoall and reducescatter block. CPU arrays only.
 """
 from tfring.mxnet.compression import Compression  # noqa: F401
 from tfring.mxnet.functions import allgather_object, broadcast_object  # noqa: F401
-from tfring.mxnet.mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, Product, ProcessSet,  # noqa: F401
-                                  Sum, add_process_set, allgather, allreduce, allreduce_, alltoall, broadcast,
-                                  broadcast_, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
+from tfring.mxnet.mpi_ops import (Adasum, Average, HorovodInternalError, InvalidArgumentError, Max, Min,  # noqa: F401
+                                  Product, ProcessSet, Sum, add_process_set, allgather, allreduce, allreduce_, alltoall,
+                                  broadcast, broadcast_, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
                                   global_process_set, gloo_built, gloo_enabled, grouped_allgather, grouped_allreduce,
                                   grouped_allreduce_, grouped_reducescatter, init, is_homogeneous, is_initialized,
                                   local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,

@@ -1,5 +1,6 @@
 """Loads tfring's MXNet extension (a C library used through ctypes, like libmxnet itself), names unnamed
-collectives, and turns the extension's error codes into Horovod's exception types."""
+collectives, and turns the extension's error codes into Horovod's exception types (MXNetError, as Horovod's
+mxnet binding raises for every failed collective)."""
 import ctypes
 
 import mxnet as mx
@@ -41,6 +42,15 @@ def _load():
 C = _load()
 
 
+class InvalidArgumentError(mx.base.MXNetError, ValueError):
+    """A bad argument (alltoall splits, a scalar to reducescatter, a process set this rank is not in, ...).
+
+    Horovod's mxnet binding raises MXNetError for these (its checks run inside MXNet's engine), its Python checks
+    and tfring's other bindings ValueError: this is both, so either `except` works. When negotiation finds the
+    problem (the splits, a scalar), every rank of the collective raises it.
+    """
+
+
 def check(rc):
     """Raises the Python error for an extension return code.
 
@@ -48,19 +58,19 @@ def check(rc):
         rc: the code an extension call returned (0: success).
 
     Raises:
-        ValueError: an argument every rank can see is invalid (not a member of the set, bad dtype, ...).
+        InvalidArgumentError: an argument is invalid (an MXNetError and a ValueError).
         HorovodInternalError: a worker process failed or left.
-        RuntimeError: any other failure (not initialized, ranks disagree, shut down).
+        mxnet.base.MXNetError: any other failure (not initialized, ranks disagree, shut down); a RuntimeError.
     """
     if rc == 0:
         return
     message = C.tfring_mxnet_last_error().decode(errors="replace")
     code = rc - 1
     if code == _INVALID_ARGUMENT:
-        raise ValueError(message)
+        raise InvalidArgumentError(message)
     if code == _WORKERS_FAILED:
         raise HorovodInternalError(message)
-    raise RuntimeError(message)
+    raise mx.base.MXNetError(message)
 
 
 class _Names:

@@ -3,29 +3,84 @@
 Allreduce and broadcast are pushed into MXNet's engine and return at once: the engine orders them after the
 pending writes of their inputs, and reads of their outputs wait for them, as for any MXNet operator. Allgather,
 alltoall and reducescatter block until done (Horovod's mxnet allgather and alltoall block too).
+
+Errors: a bad argument raises `InvalidArgumentError` (both Horovod's MXNetError and a ValueError), any other
+failure MXNetError (a RuntimeError); on the engine path they are raised when the result is read.
 """
+import atexit
 import ctypes
+import operator
+import sys
 
 import mxnet as mx
 import numpy as np
 
 from tfring.common import basics as _basics
 from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
-                           gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                           gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                            mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, size, start_timeline,
                            stop_timeline)
 from tfring.common.errors import HorovodInternalError  # noqa: F401
 from tfring.common.reduce_ops import Adasum, Average, Max, Min, Product, Sum, resolve_op  # noqa: F401
 from tfring.mxnet import _ext
+from tfring.mxnet._ext import InvalidArgumentError  # noqa: F401
 from tfring.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                  process_set_id_of, remove_process_set)
 
+_exit_wait_registered = False
+
+
+def init(comm=None, process_sets=None):
+    """Starts tfring (see `tfring.common.basics.init`); at interpreter exit, MXNet's pending work runs first.
+
+    tfring shuts itself down at interpreter exit (an atexit handler registered by the first init). Allreduce and
+    broadcast may still be queued in MXNet's engine then (a result never read, a script ending in an exception):
+    the handler registered here runs before that shutdown (atexit runs the last registered first) and waits for
+    MXNet's engine, so those collectives complete on every rank instead of failing with "tfring has been shut
+    down" (here and on the ranks that read them).
+
+    Args:
+        comm: run on MPI_COMM_WORLD (None), on an mpi4py communicator, or on a list of MPI_COMM_WORLD ranks.
+        process_sets: `ProcessSet` objects to register (Horovod's static process sets); every rank passes the
+            same list.
+
+    Raises:
+        ValueError: `comm` or a process set is invalid.
+        TypeError: `comm` is neither a communicator nor a list.
+        RuntimeError: the runtime failed to start.
+    """
+    global _exit_wait_registered
+    _basics.init(comm, process_sets)
+    if not _exit_wait_registered:
+        atexit.register(_wait_for_engine_at_exit)  # after the core's own atexit shutdown, so it runs before it
+        _exit_wait_registered = True
+
+
+def _wait_for_engine_at_exit():
+    """Completes MXNet's pending work (tfring collectives among it) before tfring's atexit shutdown. A pending
+    collective that fails (a peer already shut down, ranks disagree) is reported in one line; a collective some
+    peer never submits fails after TFRING_STALL_SHUTDOWN_TIME_SECONDS, like any stalled collective."""
+    if not _basics.is_initialized():
+        return  # shut down already (shutdown() waited for the engine then)
+    try:
+        mx.nd.waitall()
+    except Exception as e:  # noqa: BLE001 (an exit handler: report, never raise)
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        sys.stderr.write("tfring.mxnet: MXNet work still pending at exit failed: %s\n" %
+                         (lines[-1] if lines else type(e).__name__))
+        sys.stderr.flush()
 
 
 def shutdown():
-    """Waits for MXNet's pending operations (ours among them), then stops the background thread."""
-    mx.nd.waitall()
-    _basics.shutdown()  # its shutdown hook (registered by _ext) restarts the names of unnamed collectives
+    """Waits for MXNet's pending operations (ours among them), then stops the background thread.
+
+    Raises:
+        mxnet.base.MXNetError: a pending operation failed (tfring is shut down all the same).
+    """
+    try:
+        mx.nd.waitall()
+    finally:
+        _basics.shutdown()  # its shutdown hook (registered by _ext) restarts the names of unnamed collectives
 
 
 def _resolve_op(fn, average, op):
@@ -67,7 +122,9 @@ def _host_run(op_type, prefix, tensors, name, process_set, reduce_op=Sum, presca
         list of numpy arrays: the outputs (alltoall: output then received splits, per tensor).
     """
     pid = process_set_id_of(process_set, prefix)
-    arrays = [np.ascontiguousarray(t.asnumpy()) for t in tensors]  # asnumpy waits for pending writes
+    # asnumpy waits for pending writes. np.require keeps a 0-d array 0-d (np.ascontiguousarray would make it 1-d):
+    # the core then rejects a scalar where the collective needs a dimension, on every rank.
+    arrays = [np.require(t.asnumpy(), requirements="C") for t in tensors]
     codes = [mx.ndarray.ndarray._DTYPE_NP_TO_MX[a.dtype.type] for a in arrays]
     dims = [d for a in arrays for d in a.shape]
     names = _ext.names.make(prefix, name, pid, len(arrays))
@@ -117,8 +174,8 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, 
 
     Raises:
         ValueError: an unsupported op or dtype, or a process set this rank is not in.
-        RuntimeError: tfring is not initialized. Failures found later (ranks disagree on the shape) are raised
-            by MXNet (MXNetError) when the result is read.
+        mxnet.base.MXNetError: tfring is not initialized (a RuntimeError). Failures found later (ranks disagree
+            on the shape) are raised by MXNet (MXNetError) when the result is read.
     """
     op = _resolve_op("allreduce", average, op)
     _check("allreduce", [tensor], reduce=True)
@@ -188,8 +245,8 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
 
     Raises:
         ValueError: an unsupported dtype, or a process set this rank is not in.
-        RuntimeError: tfring is not initialized. A root out of range or mismatched shapes are raised by MXNet
-            (MXNetError) when the result is read.
+        mxnet.base.MXNetError: tfring is not initialized (a RuntimeError). A root out of range or mismatched
+            shapes are raised by MXNet (MXNetError) when the result is read.
     """
     _check("broadcast", [tensor])
     output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
@@ -222,7 +279,8 @@ def allgather(tensor, name=None, priority=0, process_set=global_process_set):
 
     Raises:
         ValueError: an unsupported dtype, or a process set this rank is not in.
-        RuntimeError: not initialized, or the ranks disagree on dtype or trailing dimensions.
+        mxnet.base.MXNetError: not initialized, or the ranks disagree on dtype or trailing dimensions (a
+            RuntimeError).
     """
     _check("allgather", [tensor])
     return _to_nd(_host_run(_ext.ALLGATHER, "allgather", [tensor], name, process_set)[0], tensor)
@@ -255,18 +313,50 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
         where received_splits (int32, CPU) counts the rows received from each rank.
 
     Raises:
-        ValueError: bad splits, an unsupported dtype, or a process set this rank is not in.
-        RuntimeError: not initialized, or the ranks disagree.
+        InvalidArgumentError (an MXNetError and a ValueError): splits that are not integers or not a vector (raised
+            here, before any communication); splits of the wrong length, negative or not adding up to the first
+            dimension, or no splits and a first dimension the ranks do not divide (raised on every rank, whichever
+            rank passed them); a scalar; an unsupported dtype, or a process set this rank is not in.
+        mxnet.base.MXNetError: not initialized, or the ranks disagree (a RuntimeError).
     """
     _check("alltoall", [tensor])
-    split_list = None
-    if splits is not None:
-        split_list = [int(s) for s in (splits.asnumpy() if isinstance(splits, mx.nd.NDArray)
-                                       else np.asarray(splits)).reshape(-1)]
+    split_list = None if splits is None else _splits("alltoall", splits)
     out, received = _host_run(_ext.ALLTOALL, "alltoall", [tensor], name, process_set, splits=split_list)
     if splits is None:
         return _to_nd(out, tensor)
     return _to_nd(out, tensor), mx.nd.array(received, ctx=mx.cpu(), dtype=np.int32)
+
+
+def _splits(fn, splits):
+    """Alltoall splits as a list of Python ints; the core checks them against the ranks and the tensor.
+
+    Args:
+        fn: the calling function's name, for the message.
+        splits: a list/tuple of ints, or a 1-D integer numpy array or mx.nd.NDArray.
+
+    Returns:
+        list of int: the rows for each rank.
+
+    Raises:
+        InvalidArgumentError: `splits` holds something other than integers (floats, bools), or is not a vector.
+    """
+    if isinstance(splits, (mx.nd.NDArray, np.ndarray)):
+        values = splits.asnumpy() if isinstance(splits, mx.nd.NDArray) else splits
+        if not np.issubdtype(values.dtype, np.integer):
+            raise InvalidArgumentError("tfring.mxnet.%s: splits must hold integers, got dtype %s (splits=%s)" % (
+                fn, np.dtype(values.dtype).name, values.tolist()))
+        if values.ndim != 1:
+            raise InvalidArgumentError("tfring.mxnet.%s: splits must be a vector, got shape %s" % (
+                fn, tuple(values.shape)))
+        return [int(v) for v in values]
+    try:
+        values = list(splits)
+        if any(isinstance(v, (bool, np.bool_)) for v in values):
+            raise TypeError
+        return [operator.index(v) for v in values]
+    except TypeError:
+        raise InvalidArgumentError("tfring.mxnet.%s: splits=%r must be a list or 1-D array of integers" % (
+            fn, splits)) from None
 
 
 def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set, prescale_factor=1.0,
@@ -287,8 +377,9 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
         dimension does not divide evenly).
 
     Raises:
-        ValueError: an unsupported op or dtype, or a process set this rank is not in.
-        RuntimeError: not initialized, or the ranks disagree.
+        ValueError: an unsupported op; InvalidArgumentError (a ValueError and an MXNetError): a scalar (0-d)
+            tensor (raised on every rank), an unsupported dtype, or a process set this rank is not in.
+        mxnet.base.MXNetError: not initialized, or the ranks disagree (a RuntimeError).
     """
     op = _resolve_op("reducescatter", None, op)
     _check("reducescatter", [tensor], reduce=True)
