@@ -66,8 +66,9 @@ def build_mxnet_extension(builder, out, link_core):
     builder._write_info({"mxnet": metadata.version("mxnet")})
 
 
-def jax_sources():
-    return sorted(glob.glob("tfring/cc/jax/*.cc"))
+def xla_sources():
+    """XLA FFI handlers shared by the JAX extension and the TensorFlow ops' XLA lowering."""
+    return sorted(glob.glob("tfring/cc/xla/*.cc"))
 
 
 def build_jax_extension(builder, out, link_core):
@@ -77,7 +78,7 @@ def build_jax_extension(builder, out, link_core):
     from importlib import metadata
     include = os.path.join(importlib.util.find_spec("jaxlib").submodule_search_locations[0], "include")
     flags = builder._common + builder._mpi_c + ["-I" + include]
-    objects = builder._compile([(src, flags) for src in jax_sources()])
+    objects = builder._compile([(src, flags) for src in xla_sources()])
     builder._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/.."])
     builder._write_info({"jax": metadata.version("jaxlib")})
 
@@ -295,9 +296,11 @@ class BuildOps(build_ext):
         if ext.name == "tfring.tensorflow._tfring":
             import tensorflow as tf
             tf_cflags = [f.replace("--std=", "-std=") for f in tf.sysconfig.get_compile_flags()]
-            flags = self._common + tf_cflags + self._mpi_c + ['-DTFRING_TF_VERSION="%s"' % tf.__version__,
+            # TensorFlow's pip headers include highwayhash (through XLA's builder) without shipping it.
+            stubs = "-I" + os.path.join(HERE, "third_party", "tf_xla_stubs")
+            flags = self._common + tf_cflags + [stubs] + self._mpi_c + ['-DTFRING_TF_VERSION="%s"' % tf.__version__,
                                                               "-Wno-unused-result", "-Wno-deprecated-declarations"]
-            objects = self._compile([(src, flags) for src in tf_sources()])
+            objects = self._compile([(src, flags) for src in tf_sources() + xla_sources()])
             self._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/.."] + tf.sysconfig.get_link_flags())
             self._write_info({"tensorflow": tf.__version__})
         elif ext.name == "tfring.torch._tfring_torch":
@@ -329,7 +332,7 @@ def extensions():
         exts.append(Extension("tfring.torch._tfring_torch", sources=[]))
     if wanted("MXNET", "mxnet") and mxnet_sources():
         exts.append(Extension("tfring.mxnet._tfring_mxnet", sources=[]))
-    if wanted("JAX", "jaxlib") and jax_sources():
+    if wanted("JAX", "jaxlib") and xla_sources():
         exts.append(Extension("tfring.jax._tfring_jax", sources=[]))
     if not exts:
         sys.exit("tfring: no framework to build for (TensorFlow or PyTorch must import at build time)")

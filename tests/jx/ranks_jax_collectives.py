@@ -103,14 +103,47 @@ def test_reducescatter_gives_each_rank_its_block(mode):
     np.testing.assert_allclose(out, full[start:start + counts[R]])
 
 
-def test_gradients_through_allreduce_allgather_broadcast():
+def test_gradients_through_allreduce_allgather_broadcast_reducescatter():
+    # Horovod's gradients (those of tfring.torch): allreduce's is the same reduction of the cotangents; allgather's
+    # the cotangents averaged over the ranks, this rank's rows; broadcast's that average on the root, zero
+    # elsewhere; reducescatter's the gathered cotangents (Sum: times the set's size).
     x = jnp.arange(3.0) + R
     g = jax.jit(jax.grad(lambda t: jnp.sum(hvd.allreduce(t, op=hvd.Sum, name="gar") * (R + 1))))(x)
     np.testing.assert_allclose(g, np.full(3, sum(range(1, N + 1))))
-    g = jax.grad(lambda t: jnp.sum(hvd.allgather(t, name="gag") * jnp.arange(3.0 * N).reshape(N, 3)))(x[None])
-    np.testing.assert_allclose(g, N * np.arange(3.0 * N).reshape(N, 3)[R][None])  # every rank's copy of my rows
+    w = jnp.arange(3.0 * N).reshape(N, 3) * (R + 1)
+    g = jax.grad(lambda t: jnp.sum(hvd.allgather(t, name="gag") * w))(x[None])
+    mean_w = np.arange(3.0 * N).reshape(N, 3) * sum(range(1, N + 1)) / N
+    np.testing.assert_allclose(g, mean_w[R][None], rtol=1e-6)
     g = jax.grad(lambda t: jnp.sum(hvd.broadcast(t, 0, name="gbc") * (R + 1)))(x)
-    np.testing.assert_allclose(g, np.full(3, sum(range(1, N + 1))) if R == 0 else np.zeros(3))
+    np.testing.assert_allclose(g, np.full(3, sum(range(1, N + 1)) / N) if R == 0 else np.zeros(3), rtol=1e-6)
+    rows = 2 * N
+    g = jax.jit(jax.grad(lambda t: jnp.sum(hvd.reducescatter(t, op=hvd.Sum, name="grs") * (R + 1))))(
+        jnp.ones((rows, 2)))
+    expected = np.repeat(np.arange(1.0, N + 1), 2)[:, None] * np.ones(2) * N  # rank r's block: (r + 1) * N
+    np.testing.assert_allclose(g, expected)
+    with pytest.raises(NotImplementedError, match="Sum and Average"):
+        jax.grad(lambda t: jnp.sum(hvd.reducescatter(t, op=hvd.Max, name="grs_max")))(jnp.ones((rows, 2)))
+
+
+def test_a_rank_that_traced_before_names_its_collectives_alike():
+    # Rank 0 traces (lowers) the step once more than the others, for another batch size: the names inside a
+    # trace are numbered within it, so the real step still matches across ranks.
+    step = jax.jit(lambda t: hvd.allreduce(t, op=hvd.Sum) + hvd.allreduce(2 * t, op=hvd.Sum))
+    if R == 0:
+        step.lower(jnp.ones(5))
+    np.testing.assert_array_equal(step(jnp.ones(3)), np.full(3, 3.0 * N))
+
+
+def test_join_waits_for_steps_still_in_flight():
+    step = jax.jit(lambda t, w: hvd.allreduce(t, op=hvd.Sum, name="inflight") + 0 * jnp.tanh(w @ w)[0, 0])
+    w = jnp.eye(128)
+    step(jnp.ones(2), w).block_until_ready()
+    outs = [step(jnp.full((2,), float(s + 1)), w) for s in range(3 if R == 0 else 1)]  # dispatched, not awaited
+    if R != 0:  # the others run the two steps rank 0 is still running, then join too
+        outs += [step(jnp.full((2,), float(s + 1)), w) for s in (1, 2)]
+    hvd.join()
+    for s, out in enumerate(outs):
+        np.testing.assert_array_equal(out, np.full(2, float(N * (s + 1))))
 
 
 def test_collectives_in_one_program_run_concurrently_without_deadlock():
@@ -134,6 +167,21 @@ def test_objects_join_and_barrier():
         last = hvd.join()
     assert last != 0 or N == 1
     assert hvd.allgather_object(last) == [last] * N
+
+
+@pytest.mark.skipif(N != 3, reason="ranks 0 and 2 mismatch, rank 1 matches: needs three ranks")
+def test_compiled_allgather_with_wrong_sizes_fails_where_wrong_and_never_hangs():
+    # Inside jit without sizes=, each rank assumes its peers send as many rows as it does: with 1, 2, 3 rows,
+    # rank 1 (assuming 6 of 6) is right, ranks 0 and 2 are not. They fail; rank 1 gets the right rows; nobody
+    # waits forever in the transfer.
+    f = jax.jit(lambda t: hvd.allgather(t, name="partly_wrong"))
+    x = jnp.full((R + 1, 1), float(R))
+    if R == 1:
+        np.testing.assert_array_equal(f(x)[:, 0], [0, 1, 1, 2, 2, 2])
+    else:
+        with pytest.raises(Exception, match="compiled program allocated"):
+            jax.block_until_ready(f(x))
+    np.testing.assert_array_equal(hvd.allreduce(jnp.ones(2), op=hvd.Sum, name="after_wrong"), [N, N])
 
 
 @pytest.mark.skipif(N < 3, reason="a set of two ranks that is not the global set")

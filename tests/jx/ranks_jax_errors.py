@@ -45,6 +45,6 @@ def test_traced_shape_that_does_not_match_fails_instead_of_a_wrong_answer():
     import jax
     # Inside jit without sizes=, every rank is assumed to send as many rows as this one: rank 0 sends 2.
     x = jnp.ones((2 if R == 0 else 1, 1))
-    with pytest.raises(Exception, match="traced program allocated"):
+    with pytest.raises(Exception, match="compiled program allocated"):
         jax.block_until_ready(jax.jit(lambda t: hvd.allgather(t, name="wrong_sizes"))(x))
     still_works()

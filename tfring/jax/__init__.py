@@ -29,6 +29,19 @@ from tfring.jax.functions import allgather_object, broadcast_object, broadcast_p
 from tfring.jax.optimizer import DistributedOptimizer, allreduce_gradients  # noqa: F401
 
 
+_exit_wait_registered = False
+
+
+def _wait_for_dispatched_work_at_exit():
+    # Registered after tfring's own atexit shutdown, so it runs first: steps still in flight finish their
+    # collectives on every rank instead of failing with "tfring has been shut down".
+    import jax
+    try:
+        jax.effects_barrier()
+    except Exception as e:  # noqa: BLE001 - exit goes on; say what failed
+        print("tfring.jax: JAX work still pending at exit failed: %s" % e, flush=True)
+
+
 def init(comm=None, process_sets=None):
     """Starts tfring (see `tfring.common.basics.init`); unnamed collectives are numbered afresh.
 
@@ -36,8 +49,13 @@ def init(comm=None, process_sets=None):
         comm: run on MPI_COMM_WORLD (None), on an mpi4py communicator, or on a list of MPI_COMM_WORLD ranks.
         process_sets: `ProcessSet` objects to register; every rank passes the same list.
     """
+    global _exit_wait_registered
     _ffi.reset_names()
     _basics.init(comm, process_sets)
+    if not _exit_wait_registered:
+        import atexit
+        atexit.register(_wait_for_dispatched_work_at_exit)
+        _exit_wait_registered = True
 
 
 def barrier(process_set=global_process_set):

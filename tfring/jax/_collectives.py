@@ -9,6 +9,7 @@ many rows as this one (a mismatch is an error on the rank that sees it, never a 
 import functools
 
 import jax
+import jax._src.core as jax_core
 import jax.numpy as jnp
 import numpy as np
 
@@ -19,15 +20,22 @@ from tfring.jax import _ffi
 
 
 def tracing(*arrays):
-    """Whether any of `arrays` is being traced (inside jax.jit, grad, vmap): sizes must then be static."""
-    return any(isinstance(a, jax.core.Tracer) for a in arrays)
+    """Whether a trace is active (jax.jit, grad, vmap; also for concrete arrays a traced function closes over):
+    sizes must then be static, and the call is part of a compiled program."""
+    return not jax_core.trace_state_clean() or any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
 def _names(kind, name, pid, arrays):
     if name is not None:
         return str(name)
     # Eager calls block until done, so one name per kind is reused (each distinct name compiles a program).
-    return "%s.noname.eager" % kind if not tracing(*arrays) else _ffi.auto_name(kind, pid)
+    if not tracing(*arrays):
+        return "%s.noname.eager" % kind
+    # Numbered within the trace that contains the call (a rank that traces again, e.g. for a smaller last
+    # batch, numbers alike), plus the operands' signature.
+    trace = getattr(arrays[0], "_trace", None) if arrays else None
+    sig = ",".join("%s%s" % (a.dtype, tuple(a.shape)) for a in arrays)
+    return _ffi.auto_name(kind, pid, id(trace), sig)
 
 
 def _check_array(fn, x, arg="tensor"):
@@ -146,8 +154,9 @@ def _allgather_fwd(xs, name, pid, sizes):
 
 
 def _allgather_bwd(name, pid, sizes, _, grads):
-    # Every rank's rows were gathered everywhere: this rank's gradient is the sum over ranks of its own rows.
-    summed = _allreduce(list(grads), name + ".grad", int(Sum), 1.0, 1.0, pid)
+    # Horovod's (and tfring.torch's) allgather gradient: the gathered gradients averaged over the ranks, this
+    # rank's rows of them (each rank's loss is taken as one term of the mean over the ranks).
+    summed = _allreduce(list(grads), name + ".grad", int(Average), 1.0, 1.0, pid)
     me = set_rank(pid)
     return ([g[sum(s[:me]):sum(s[:me + 1])] for g, s in zip(summed, sizes)],)
 

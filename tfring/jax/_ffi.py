@@ -4,13 +4,17 @@ Every call has a side effect for XLA (`has_side_effect=True`): a collective whos
 and two identical ones are never merged into one, so every rank submits the same collectives.
 """
 import ctypes
+import hashlib
 import itertools
 import threading
 
 import jax
+import jax._src.effects as jax_effects
+import jax._src.ffi as jax_ffi_internal
 import numpy as np
 
 from tfring.common import library as _lib
+from tfring.common.errors import HorovodInternalError
 from tfring.common import topology
 from tfring.common.process_sets import global_process_set, process_set_id_of, process_set_of
 
@@ -29,17 +33,23 @@ def _load():
 
 
 _C = _load()  # kept alive for the process: the registered targets point into it
+# jax.checkpoint (remat) of a function with collectives: the FFI's effect is safe to recompute around.
+jax_effects.remat_allowed_effects.add_type(jax_ffi_internal.FfiEffect)
 
 _counter_lock = threading.Lock()
 _counters = {}
 
 
-def auto_name(kind, process_set_id):
-    """Horovod's `<kind>.noname.<n>`, counted per kind and process set in call (or trace) order: every rank
-    issues the same sequence of unnamed collectives, so the n agree. Restarted at every init."""
+def auto_name(kind, process_set_id, trace_id, signature):
+    """`<kind>.noname.<n>.<signature hash>` for a collective traced without a name: n counts the kind's calls on
+    the set within the trace, so every rank that traces the same function names alike, however often it traced
+    it before. Restarted at every init."""
     with _counter_lock:
-        counter = _counters.setdefault((kind, process_set_id), itertools.count(1))
-        return "%s.noname.%d" % (kind, next(counter))
+        if len(_counters) > 10000:  # traces that ended long ago
+            _counters.clear()
+        counter = _counters.setdefault((kind, process_set_id, trace_id), itertools.count(1))
+        digest = hashlib.sha1(signature.encode()).hexdigest()[:8]
+        return "%s.noname.%d.%s" % (kind, next(counter), digest)
 
 
 def reset_names():
@@ -72,7 +82,9 @@ def call(kind, operands, results, **attrs):
 
 
 def control(op, process_set_id):
-    """join (returns the last rank to join) or barrier, blocking without the GIL."""
+    """join (returns the last rank to join) or barrier, blocking without the GIL, after every computation this
+    process dispatched has run its collectives (a step still in flight must not meet a joined rank)."""
+    jax.effects_barrier()
     result = ctypes.c_int(-1)
     err = ctypes.create_string_buffer(4096)
     code = _C.tfring_jax_control(op, process_set_id, ctypes.byref(result), err, len(err))
@@ -80,5 +92,7 @@ def control(op, process_set_id):
         message = err.value.decode(errors="replace")
         if code == 1:  # INVALID_ARGUMENT
             raise ValueError(message)
+        if code == 6:  # WORKERS_FAILED: elastic jobs roll back on it
+            raise HorovodInternalError(message)
         raise RuntimeError(message)
     return result.value

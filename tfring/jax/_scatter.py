@@ -22,8 +22,9 @@ def _broadcast_fwd(xs, name, root, pid):
 
 
 def _broadcast_bwd(name, root, pid, _, grads):
-    # Every rank's output came from the root: the root's gradient is the sum of everyone's, the others' zero.
-    summed = _allreduce(list(grads), name + ".grad", int(Sum), 1.0, 1.0, pid)
+    # Horovod's (and tfring.torch's) broadcast gradient: the gradients averaged over the ranks go to the root,
+    # the others get zero.
+    summed = _allreduce(list(grads), name + ".grad", int(Average), 1.0, 1.0, pid)
     is_root = _ffi.root_is_me(root, pid)
     return ([g if is_root else jnp.zeros_like(g) for g in summed],)
 
@@ -128,10 +129,14 @@ def _reducescatter_fwd(xs, name, op, prescale, postscale, pid):
 
 
 def _reducescatter_bwd(name, op, prescale, postscale, pid, dims, grads):
-    # Each rank's slice came from everyone's rows: gather the slices' gradients back (scaled as the forward).
+    # Horovod's (and tfring.torch's) reducescatter gradient: the slices' gradients gathered back, Sum scaled by
+    # the set's size, then both scale factors.
     from tfring.jax._collectives import _allgather
+    if op not in (Sum, Average):
+        raise NotImplementedError("tfring.jax: the gradient of reducescatter is defined for Sum and Average only "
+                                  "(got op=%d)" % op)
     n = process_set_size(_ffi.process_set(pid))
-    scale = prescale * postscale / (n if op == Average else 1)
+    scale = prescale * postscale * (n if op == Sum else 1)
     gathered = _allgather(list(grads), name + ".grad", pid, tuple(tuple(rows(d, n)) for d in dims))
     return ([g * jnp.asarray(scale, g.dtype) for g in gathered],)
 

@@ -1,10 +1,12 @@
-// tfring.jax's XLA FFI handlers (CPU). Each collective is an asynchronous handler: it hands XLA's buffers to the
-// core (zero copy: the core reads the operands and writes the results XLA allocated) and returns a future that
-// completes when the core is done. Never blocking an XLA thread matters: XLA:CPU runs independent thunks
-// concurrently on very few threads, in an order that can differ across ranks, so a handler waiting for its peers
-// could hold the thread another rank's matching collective needs (measured: a deadlock at np=2 with 12 calls).
-// Futures are completed on a thread of our own: XLA runs the next thunks inline on the completing thread, which
-// must not be the core's background thread. join and barrier are plain blocking C functions (eager only).
+// tfring's XLA FFI handlers (CPU), shared by tfring.jax (registered through jax.ffi) and the TensorFlow ops'
+// XLA lowering (tfring/cc/tensorflow/xla_ops.cc registers them with TensorFlow's XLA). Each collective is an
+// asynchronous handler: it hands XLA's buffers to the core (zero copy: the core reads the operands and writes the
+// results XLA allocated) and returns a future that completes when the core is done. Never blocking an XLA thread
+// matters: XLA:CPU runs independent thunks concurrently on very few threads, in an order that can differ across ranks,
+// so a handler waiting for its peers could hold the thread another rank's matching collective needs (measured: a
+// deadlock at np=2 with 12 calls). Futures are completed on a thread of our own: XLA runs the next thunks inline on the
+// completing thread, which must not be the core's background thread. join and barrier are plain blocking C functions
+// (eager only).
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -144,24 +146,33 @@ struct Call : public OpContext {
   std::mutex mu;
   Status first_error;
   std::string fn;
+  std::deque<std::vector<char>> scratch;  // outputs of a rank whose compiled shapes were wrong (see below)
 
-  // The core negotiated the output's shape; XLA fixed it when the program was traced. They must agree.
+  // The core negotiated the output's shape; XLA fixed it when the program was compiled. When they differ this
+  // rank still takes part in the transfer (into a scratch buffer of the negotiated size), so its peers, whose
+  // shapes may be right, are not left waiting inside MPI; then this call fails with both shapes named.
   Status AllocateOutput(int index, const Shape& shape, std::shared_ptr<Tensor>* out) override {
     const bool splits = index >= static_cast<int>(results.size());
     auto& t = splits ? extra[index - results.size()] : results[index];
-    if (t->shape() != shape)
-      return Status::InvalidArgument("tfring.jax." + fn + ": this rank's result is " + ShapeString(shape) +
-                                     " but the traced program allocated " + ShapeString(t->shape()) +
-                                     " (inside jax.jit pass every rank's first dimension, e.g. sizes= for "
-                                     "allgather, or call it eagerly)");
-    *out = t;
+    if (t->shape() == shape) {
+      *out = t;
+      return Status::OK();
+    }
+    Fail(Status::InvalidArgument("tfring: " + fn + ": this rank's result is " + ShapeString(shape) +
+                                 " but the compiled program allocated " + ShapeString(t->shape()) +
+                                 " (inside jax.jit pass every rank's first dimension, e.g. sizes= for "
+                                 "allgather, or call it eagerly)"));
+    std::lock_guard<std::mutex> lock(mu);
+    scratch.emplace_back(NumElements(shape) * DataTypeSize(t->dtype()));
+    *out = std::make_shared<XlaTensor>(scratch.back().data(), t->dtype(), shape);
     return Status::OK();
   }
+  void Fail(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (first_error.ok()) first_error = s;
+  }
   void Done(const Status& s) {
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (first_error.ok()) first_error = s;
-    }
+    if (!s.ok()) Fail(s);
     if (remaining.fetch_sub(1) == 1) {
       Status st;
       {
@@ -226,7 +237,7 @@ ffi::Future Submit(const char* fn, OpType op, ffi::RemainingArgs args, ffi::Rema
     }
   }
   if (!error.empty()) {
-    call->promise.SetError(Refuse("tfring.jax." + std::string(fn) + ": " + error));
+    call->promise.SetError(Refuse("tfring: " + std::string(fn) + ": " + error));
     return future;
   }
   if (n == 0) {

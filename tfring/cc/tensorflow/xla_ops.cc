@@ -1,0 +1,169 @@
+// XLA lowering of tfring's TensorFlow collectives, for tf.function(jit_compile=True) and Keras' jit_compile (its
+// default on a GPU machine). Each op becomes an XLA custom call to tfring's FFI handlers (tfring/cc/xla), which
+// hand XLA's buffers to the same core runtime as the graph kernels: the same negotiation, fusion, stall deadline
+// and error model. The collective's name is the graph kernel's (tensor_name, else the node name), so the ranks
+// match as in graph mode. Only the CPU ("Host") handlers exist: on a GPU, XLA would need CUDA handlers.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "adapter.h"
+#include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
+#include "tensorflow/compiler/tf2xla/xla_op_registry.h"
+#include "xla/ffi/api/api.h"
+#include "xla/ffi/api/ffi.h"
+#include "xla/hlo/builder/xla_builder.h"
+
+// Defined by tfring/cc/xla/handlers.cc, linked into this library.
+extern "C" XLA_FFI_Error* tfring_jax_allreduce(XLA_FFI_CallFrame* frame);
+extern "C" XLA_FFI_Error* tfring_jax_allgather(XLA_FFI_CallFrame* frame);
+extern "C" XLA_FFI_Error* tfring_jax_broadcast(XLA_FFI_CallFrame* frame);
+
+namespace xla {
+namespace ffi {
+const XLA_FFI_Api* GetXlaFfiApi();  // TensorFlow's XLA (libtensorflow_cc), where handlers are registered
+}  // namespace ffi
+}  // namespace xla
+
+namespace tfring {
+namespace tf_xla {
+namespace {
+
+namespace tfw = ::tensorflow;
+
+XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_allreduce", "Host", tfring_jax_allreduce);
+XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_allgather", "Host", tfring_jax_allgather);
+XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_broadcast", "Host", tfring_jax_broadcast);
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// The handlers' attributes, as the MLIR dictionary XLA parses from a typed-FFI custom call's backend config.
+class Attrs {
+ public:
+  Attrs& Str(const char* k, const std::string& v) { return Add(k, Quote(v)); }
+  Attrs& Int(const char* k, int64_t v) { return Add(k, std::to_string(v) + " : i64"); }
+  Attrs& F64(const char* k, double v) {
+    std::ostringstream os;
+    os.precision(17);
+    os << std::scientific << v << " : f64";
+    return Add(k, os.str());
+  }
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  Attrs& Add(const char* k, const std::string& v) {
+    body_ += (body_.empty() ? "" : ", ") + std::string(k) + " = " + v;
+    return *this;
+  }
+  std::string body_;
+};
+
+// One custom call over every input; outputs are those of the handler (a tuple when there are several).
+void EmitCall(tfw::XlaOpKernelContext* ctx, const char* target, const std::vector<xla::Shape>& shapes,
+              const Attrs& attrs) {
+  std::vector<xla::XlaOp> inputs;
+  for (int i = 0; i < ctx->num_inputs(); ++i) inputs.push_back(ctx->Input(i));
+  xla::Shape shape = shapes.size() == 1 ? shapes[0] : xla::ShapeUtil::MakeTupleShape(shapes);
+  xla::XlaOp call =
+      xla::CustomCall(ctx->builder(), target, inputs, shape, attrs.str(), /*has_side_effect=*/true,
+                      /*output_operand_aliasing=*/{}, /*literal=*/nullptr, xla::CustomCallSchedule::SCHEDULE_NONE,
+                      xla::CustomCallApiVersion::API_VERSION_TYPED_FFI);
+  if (shapes.size() == 1) {
+    ctx->SetOutput(0, call);
+    return;
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) ctx->SetOutput(static_cast<int>(i), xla::GetTupleElement(call, i));
+}
+
+std::vector<xla::Shape> InputShapes(tfw::XlaOpKernelContext* ctx) {
+  std::vector<xla::Shape> shapes;
+  for (int i = 0; i < ctx->num_inputs(); ++i) shapes.push_back(ctx->InputXlaShape(i).value());
+  return shapes;
+}
+
+class XlaCollective : public tfw::XlaOpKernel {
+ public:
+  explicit XlaCollective(tfw::OpKernelConstruction* c) : XlaOpKernel(c) {
+    bool ignore_name_scope = false;
+    OP_REQUIRES_OK(c, c->GetAttr("ignore_name_scope", &ignore_name_scope));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &set_));
+    name_ = tfring::tf::TensorName(c, ignore_name_scope);
+  }
+
+ protected:
+  std::string name_;
+  int set_ = 0;
+};
+
+class XlaAllreduce : public XlaCollective {
+ public:
+  explicit XlaAllreduce(tfw::OpKernelConstruction* c) : XlaCollective(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+  }
+  void Compile(tfw::XlaOpKernelContext* ctx) override {
+    Attrs a;
+    a.Str("name", name_).Int("reduce_op", op_).F64("prescale", prescale_).F64("postscale", postscale_);
+    EmitCall(ctx, "tfring_allreduce", InputShapes(ctx), a.Int("process_set", set_));
+  }
+
+ private:
+  int op_ = 1;
+  float prescale_ = 1.0f, postscale_ = 1.0f;
+};
+
+class XlaBroadcast : public XlaCollective {
+ public:
+  explicit XlaBroadcast(tfw::OpKernelConstruction* c) : XlaCollective(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
+  }
+  void Compile(tfw::XlaOpKernelContext* ctx) override {
+    Attrs a;
+    EmitCall(ctx, "tfring_broadcast", InputShapes(ctx),
+             a.Str("name", name_).Int("root_rank", root_).Int("process_set", set_));
+  }
+
+ private:
+  int root_ = 0;
+};
+
+// Inside compiled code the result's shape is fixed when compiling: every rank of the set is assumed to send as
+// many rows as this one (as tfring.jax without sizes=). A rank whose peers send other counts fails with an error
+// naming both shapes instead of reading past a buffer; eager and graph mode allow any counts.
+class XlaAllgather : public XlaCollective {
+ public:
+  explicit XlaAllgather(tfw::OpKernelConstruction* c) : XlaCollective(c) {}
+  void Compile(tfw::XlaOpKernelContext* ctx) override {
+    Topology t;
+    bool included = false;
+    OP_REQUIRES(ctx, Runtime::Get().SetTopology(set_, &t, &included) && included,
+                tfw::errors::InvalidArgument("tfring: allgather '", name_, "' inside compiled code: process set ", set_,
+                                             " is not registered or this rank is not in it"));
+    std::vector<xla::Shape> shapes = InputShapes(ctx);
+    for (auto& s : shapes) {
+      OP_REQUIRES(ctx, s.dimensions().size() > 0,
+                  tfw::errors::InvalidArgument("tfring: allgather '", name_, "' of a scalar: it needs a dimension"));
+      s.set_dimensions(0, s.dimensions(0) * t.size);
+    }
+    Attrs a;
+    EmitCall(ctx, "tfring_allgather", shapes, a.Str("name", name_).Int("process_set", set_));
+  }
+};
+
+REGISTER_XLA_OP(Name("HorovodAllreduce"), XlaAllreduce);
+REGISTER_XLA_OP(Name("HorovodAllgather"), XlaAllgather);
+REGISTER_XLA_OP(Name("HorovodGroupedAllgather"), XlaAllgather);
+REGISTER_XLA_OP(Name("HorovodGroupedAllreduce"), XlaAllreduce);
+REGISTER_XLA_OP(Name("HorovodBroadcast"), XlaBroadcast);
+
+}  // namespace
+}  // namespace tf_xla
+}  // namespace tfring

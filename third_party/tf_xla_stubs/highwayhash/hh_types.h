@@ -1,0 +1,3 @@
+// See arch_specific.h: declarations only.
+#pragma once
+#include "highwayhash/arch_specific.h"
