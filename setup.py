@@ -80,7 +80,7 @@ def build_jax_extension(builder, out, link_core):
     flags = builder._common + builder._mpi_c + ["-I" + include]
     objects = builder._compile([(src, flags) for src in xla_sources()])
     builder._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/.."])
-    builder._write_info({"jax": metadata.version("jaxlib")})
+    builder._write_info({"jax": metadata.version("jax")})
 
 
 def nccl_sources():

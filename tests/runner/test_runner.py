@@ -73,6 +73,13 @@ def test_check_build_is_truthful():
     assert "Open MPI v5" in proc.stdout and "NCCL: no" in proc.stdout and "CUDA: no" in proc.stdout
     for op in ("HorovodAllreduce", "HorovodAlltoall", "HorovodJoin", "HorovodReducescatter"):
         assert op in proc.stdout
+    try:
+        import jax
+    except ImportError:
+        assert "JAX: not built" in proc.stdout
+    else:
+        assert "JAX: built for jax %s (running %s), XLA FFI handlers registered" % (jax.__version__, jax.__version__) \
+            in proc.stdout, proc.stdout
 
 
 def test_output_is_tagged_by_rank_in_whole_lines_and_logged_per_rank(tmp_path):

@@ -46,6 +46,11 @@ _TORCH = """\
     import tfring.torch  # loads the extension
     result = {"running": torch.__version__}
 """
+_JAX = """\
+    import jax
+    import tfring.jax  # loads the extension and registers its XLA FFI targets
+    result = {"running": jax.__version__}
+"""
 _CHILD = """\
 import json, sys
 sys.path.insert(0, %r)  # the tfring this launcher runs from, whatever the working directory holds
@@ -109,10 +114,13 @@ def check_build():
         probes["tensorflow"] = _start(_TENSORFLOW)
     if info.get("torch"):
         probes["torch"] = _start(_TORCH)
+    if info.get("jax"):
+        probes["jax"] = _start(_JAX)
     deadline = time.monotonic() + PROBE_TIMEOUT
     answers = {name: _answer(proc, deadline) for name, proc in probes.items()}
     print("\n".join(_core_lines(info, answers["core"]) + _tensorflow_lines(info, answers.get("tensorflow")) +
-                    _torch_lines(info, answers.get("torch")) + ["  MXNet: %s" % _mxnet_line(info)]))
+                    _torch_lines(info, answers.get("torch")) + [_jax_line(info, answers.get("jax")),
+                                                                "  MXNet: %s" % _mxnet_line(info)]))
 
 
 def _core_lines(info, core):
@@ -144,6 +152,16 @@ def _torch_lines(info, torch):
         return ["  PyTorch: built for torch %s (installed: %s), but it does not load: %s" % (
             info["torch"], _lib.installed_version("torch") or "none", torch["error"])]
     return ["  PyTorch: built for torch %s (running %s), extension loads" % (info["torch"], torch["running"])]
+
+
+def _jax_line(info, jax):
+    if not info.get("jax"):
+        return "  JAX: not built (%s)" % ("jax is installed but tfring was built without it: README, JAX"
+                                          if _lib.installed_version("jax") else "jax was not found at build time")
+    if "error" in jax:
+        return "  JAX: built for jax %s (installed: %s), but it does not load: %s" % (
+            info["jax"], _lib.installed_version("jax") or "none", jax["error"])
+    return "  JAX: built for jax %s (running %s), XLA FFI handlers registered" % (info["jax"], jax["running"])
 
 
 def _mxnet_line(info):
