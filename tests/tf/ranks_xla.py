@@ -46,6 +46,23 @@ def test_grouped_scaled_broadcast_and_allgather_in_one_program():
     np.testing.assert_allclose(ag, np.repeat(np.arange(N, dtype=np.float32), 2)[:, None] * np.ones(2))
 
 
+def test_alltoall_and_reducescatter_in_compiled_code():
+    @tf.function(jit_compile=True)
+    def step(x, y):
+        return hvd.alltoall(x, name="xla_a2a"), hvd.reducescatter(y, op=hvd.Sum, name="xla_rs")
+    rows = 2 * N + 1  # reducescatter: rank 0 gets one row more
+    out, rs = step(tf.range(2 * N) + 100 * R, tf.reshape(tf.range(rows * 2, dtype=tf.float32), [rows, 2]))
+    np.testing.assert_array_equal(out, np.concatenate([np.arange(2 * R, 2 * R + 2) + 100 * r for r in range(N)]))
+    counts = [rows // N + (1 if i < rows % N else 0) for i in range(N)]
+    full = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * N
+    np.testing.assert_allclose(rs, full[sum(counts[:R]):sum(counts[:R + 1])])
+    splits = tf.constant([1] * N, tf.int32)  # a compile-time constant
+    out, received = tf.function(lambda t: hvd.alltoall(t, splits=splits, name="xla_a2a_splits"),
+                                jit_compile=True)(tf.fill([N, 3], R))
+    np.testing.assert_array_equal(out, np.repeat(np.arange(N), 3).reshape(N, 3))
+    np.testing.assert_array_equal(received, [1] * N)
+
+
 def test_many_collectives_in_one_program_do_not_deadlock():
     # XLA:CPU runs independent custom calls concurrently, in an order that may differ by rank.
     xs = [tf.fill([256], float(i + R)) for i in range(12)]

@@ -18,6 +18,8 @@
 extern "C" XLA_FFI_Error* tfring_jax_allreduce(XLA_FFI_CallFrame* frame);
 extern "C" XLA_FFI_Error* tfring_jax_allgather(XLA_FFI_CallFrame* frame);
 extern "C" XLA_FFI_Error* tfring_jax_broadcast(XLA_FFI_CallFrame* frame);
+extern "C" XLA_FFI_Error* tfring_jax_alltoall(XLA_FFI_CallFrame* frame);
+extern "C" XLA_FFI_Error* tfring_jax_reducescatter(XLA_FFI_CallFrame* frame);
 
 namespace xla {
 namespace ffi {
@@ -34,6 +36,8 @@ namespace tfw = ::tensorflow;
 XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_allreduce", "Host", tfring_jax_allreduce);
 XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_allgather", "Host", tfring_jax_allgather);
 XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_broadcast", "Host", tfring_jax_broadcast);
+XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_alltoall", "Host", tfring_jax_alltoall);
+XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_reducescatter", "Host", tfring_jax_reducescatter);
 
 std::string Quote(const std::string& s) {
   std::string out = "\"";
@@ -55,6 +59,7 @@ class Attrs {
     os << std::scientific << v << " : f64";
     return Add(k, os.str());
   }
+  Attrs& Raw(const char* k, const std::string& v) { return Add(k, v); }
   std::string str() const { return "{" + body_ + "}"; }
 
  private:
@@ -67,9 +72,9 @@ class Attrs {
 
 // One custom call over every input; outputs are those of the handler (a tuple when there are several).
 void EmitCall(tfw::XlaOpKernelContext* ctx, const char* target, const std::vector<xla::Shape>& shapes,
-              const Attrs& attrs) {
+              const Attrs& attrs, int num_operands = -1) {
   std::vector<xla::XlaOp> inputs;
-  for (int i = 0; i < ctx->num_inputs(); ++i) inputs.push_back(ctx->Input(i));
+  for (int i = 0; i < (num_operands < 0 ? ctx->num_inputs() : num_operands); ++i) inputs.push_back(ctx->Input(i));
   xla::Shape shape = shapes.size() == 1 ? shapes[0] : xla::ShapeUtil::MakeTupleShape(shapes);
   xla::XlaOp call =
       xla::CustomCall(ctx->builder(), target, inputs, shape, attrs.str(), /*has_side_effect=*/true,
@@ -102,6 +107,21 @@ class XlaCollective : public tfw::XlaOpKernel {
   int set_ = 0;
 };
 
+// This rank's size and rank in its process set, when compiling (the set must exist and hold this rank).
+bool SetShape(tfw::XlaOpKernelContext* ctx, int set, const std::string& name, Topology* t) {
+  bool included = false;
+  if (Runtime::Get().SetTopology(set, t, &included) && included) return true;
+  ctx->SetStatus(tfw::errors::InvalidArgument("tfring: '", name, "' inside compiled code: process set ", set,
+                                              " is not registered or this rank is not in it"));
+  return false;
+}
+
+std::vector<int64_t> EvenRows(int64_t dim0, int n) {
+  std::vector<int64_t> rows(n);
+  for (int i = 0; i < n; ++i) rows[i] = dim0 / n + (i < dim0 % n ? 1 : 0);
+  return rows;
+}
+
 class XlaAllreduce : public XlaCollective {
  public:
   explicit XlaAllreduce(tfw::OpKernelConstruction* c) : XlaCollective(c) {
@@ -110,12 +130,16 @@ class XlaAllreduce : public XlaCollective {
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
   }
   void Compile(tfw::XlaOpKernelContext* ctx) override {
+    std::vector<xla::Shape> shapes = InputShapes(ctx);
+    if (!Shapes(ctx, &shapes)) return;
     Attrs a;
     a.Str("name", name_).Int("reduce_op", op_).F64("prescale", prescale_).F64("postscale", postscale_);
-    EmitCall(ctx, "tfring_allreduce", InputShapes(ctx), a.Int("process_set", set_));
+    EmitCall(ctx, target_, shapes, a.Int("process_set", set_));
   }
 
- private:
+ protected:
+  virtual bool Shapes(tfw::XlaOpKernelContext* ctx, std::vector<xla::Shape>* shapes) { return true; }
+  const char* target_ = "tfring_allreduce";
   int op_ = 1;
   float prescale_ = 1.0f, postscale_ = 1.0f;
 };
@@ -158,7 +182,58 @@ class XlaAllgather : public XlaCollective {
   }
 };
 
+// Rank i of the set gets the i-th block of rows (the first ranks one more), as the core's reducescatter.
+class XlaReducescatter : public XlaAllreduce {
+ public:
+  explicit XlaReducescatter(tfw::OpKernelConstruction* c) : XlaAllreduce(c) { target_ = "tfring_reducescatter"; }
+
+ protected:
+  bool Shapes(tfw::XlaOpKernelContext* ctx, std::vector<xla::Shape>* shapes) override {
+    Topology t;
+    if (!SetShape(ctx, set_, name_, &t)) return false;
+    for (auto& s : *shapes) {
+      if (s.dimensions().size() == 0) {
+        ctx->SetStatus(tfw::errors::InvalidArgument("tfring: reducescatter '", name_, "' of a scalar"));
+        return false;
+      }
+      s.set_dimensions(0, EvenRows(s.dimensions(0), t.size)[t.rank]);
+    }
+    return true;
+  }
+};
+
+// The splits must be a compile-time constant (empty: even). Each rank is assumed to receive from every rank as
+// many rows as it sends itself (true for even splits of equal shapes); a rank for which that is wrong fails with
+// both shapes named, as allgather.
+class XlaAlltoall : public XlaCollective {
+ public:
+  explicit XlaAlltoall(tfw::OpKernelConstruction* c) : XlaCollective(c) {}
+  void Compile(tfw::XlaOpKernelContext* ctx) override {
+    Topology t;
+    if (!SetShape(ctx, set_, name_, &t)) return;
+    std::vector<int64_t> splits;
+    OP_REQUIRES_OK(ctx, ctx->ConstantInputAsIntVector(1, &splits));
+    xla::Shape shape = ctx->InputXlaShape(0).value();
+    OP_REQUIRES(ctx, shape.dimensions().size() > 0,
+                tfw::errors::InvalidArgument("tfring: alltoall '", name_, "' of a scalar"));
+    if (splits.empty()) splits = EvenRows(shape.dimensions(0), t.size);
+    OP_REQUIRES(ctx, static_cast<int>(splits.size()) == t.size,
+                tfw::errors::InvalidArgument("tfring: alltoall '", name_, "': ", splits.size(), " splits for a set of ",
+                                             t.size, " ranks"));
+    shape.set_dimensions(0, splits[t.rank] * t.size);
+    xla::Shape received = xla::ShapeUtil::MakeShape(xla::S32, {t.size});
+    std::string list;
+    for (int64_t v : splits) list += (list.empty() ? "" : ", ") + std::to_string(v);
+    Attrs a;
+    a.Str("name", name_).Raw("splits", "array<i64: " + list + ">").Int("process_set", set_);
+    EmitCall(ctx, "tfring_alltoall", {shape, received}, a, /*num_operands=*/1);
+  }
+};
+
 REGISTER_XLA_OP(Name("HorovodAllreduce"), XlaAllreduce);
+REGISTER_XLA_OP(Name("HorovodReducescatter"), XlaReducescatter);
+REGISTER_XLA_OP(Name("HorovodGroupedReducescatter"), XlaReducescatter);
+REGISTER_XLA_OP(Name("HorovodAlltoall").CompileTimeConstantInput("splits"), XlaAlltoall);
 REGISTER_XLA_OP(Name("HorovodAllgather"), XlaAllgather);
 REGISTER_XLA_OP(Name("HorovodGroupedAllgather"), XlaAllgather);
 REGISTER_XLA_OP(Name("HorovodGroupedAllreduce"), XlaAllreduce);
