@@ -8,7 +8,7 @@ import numpy as np
 from tfring.common.process_sets import global_process_set, process_set_rank, process_set_size
 from tfring.common.reduce_ops import Adasum, Average, Sum, resolve_op
 from tfring.jax import _ffi
-from tfring.jax._collectives import _allreduce, _check_array, _finish, _names, rows, set_rank, tracing
+from tfring.jax._collectives import _allgather, _allreduce, _check_array, _finish, _names, rows, set_rank, tracing
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
@@ -131,7 +131,6 @@ def _reducescatter_fwd(xs, name, op, prescale, postscale, pid):
 def _reducescatter_bwd(name, op, prescale, postscale, pid, dims, grads):
     # Horovod's (and tfring.torch's) reducescatter gradient: the slices' gradients gathered back, Sum scaled by
     # the set's size, then both scale factors.
-    from tfring.jax._collectives import _allgather
     if op not in (Sum, Average):
         raise NotImplementedError("tfring.jax: the gradient of reducescatter is defined for Sum and Average only "
                                   "(got op=%d)" % op)

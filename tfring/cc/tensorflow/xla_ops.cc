@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/ops/layout.h"  // EvenRowCounts: the core's reducescatter/alltoall row split
 #include "adapter.h"
 #include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
@@ -116,12 +117,6 @@ bool SetShape(tfw::XlaOpKernelContext* ctx, int set, const std::string& name, To
   return false;
 }
 
-std::vector<int64_t> EvenRows(int64_t dim0, int n) {
-  std::vector<int64_t> rows(n);
-  for (int i = 0; i < n; ++i) rows[i] = dim0 / n + (i < dim0 % n ? 1 : 0);
-  return rows;
-}
-
 class XlaAllreduce : public XlaCollective {
  public:
   explicit XlaAllreduce(tfw::OpKernelConstruction* c) : XlaCollective(c) {
@@ -196,7 +191,7 @@ class XlaReducescatter : public XlaAllreduce {
         ctx->SetStatus(tfw::errors::InvalidArgument("tfring: reducescatter '", name_, "' of a scalar"));
         return false;
       }
-      s.set_dimensions(0, EvenRows(s.dimensions(0), t.size)[t.rank]);
+      s.set_dimensions(0, EvenRowCounts(s.dimensions(0), t.size)[t.rank]);
     }
     return true;
   }
@@ -216,7 +211,7 @@ class XlaAlltoall : public XlaCollective {
     xla::Shape shape = ctx->InputXlaShape(0).value();
     OP_REQUIRES(ctx, shape.dimensions().size() > 0,
                 tfw::errors::InvalidArgument("tfring: alltoall '", name_, "' of a scalar"));
-    if (splits.empty()) splits = EvenRows(shape.dimensions(0), t.size);
+    if (splits.empty()) splits = EvenRowCounts(shape.dimensions(0), t.size);
     OP_REQUIRES(ctx, static_cast<int>(splits.size()) == t.size,
                 tfw::errors::InvalidArgument("tfring: alltoall '", name_, "': ", splits.size(), " splits for a set of ",
                                              t.size, " ranks"));

@@ -30,43 +30,19 @@ namespace jax_binding {
 namespace {
 
 bool FromXla(ffi::DataType t, DataType* out) {
-  switch (t) {
-    case ffi::DataType::PRED:
-      *out = DataType::BOOL;
+  static const std::pair<ffi::DataType, DataType> kTypes[] = {
+      {ffi::DataType::PRED, DataType::BOOL},     {ffi::DataType::U8, DataType::UINT8},
+      {ffi::DataType::S8, DataType::INT8},       {ffi::DataType::U16, DataType::UINT16},
+      {ffi::DataType::S16, DataType::INT16},     {ffi::DataType::S32, DataType::INT32},
+      {ffi::DataType::S64, DataType::INT64},     {ffi::DataType::F16, DataType::FLOAT16},
+      {ffi::DataType::BF16, DataType::BFLOAT16}, {ffi::DataType::F32, DataType::FLOAT32},
+      {ffi::DataType::F64, DataType::FLOAT64}};
+  for (const auto& kv : kTypes)
+    if (kv.first == t) {
+      *out = kv.second;
       return true;
-    case ffi::DataType::U8:
-      *out = DataType::UINT8;
-      return true;
-    case ffi::DataType::S8:
-      *out = DataType::INT8;
-      return true;
-    case ffi::DataType::U16:
-      *out = DataType::UINT16;
-      return true;
-    case ffi::DataType::S16:
-      *out = DataType::INT16;
-      return true;
-    case ffi::DataType::S32:
-      *out = DataType::INT32;
-      return true;
-    case ffi::DataType::S64:
-      *out = DataType::INT64;
-      return true;
-    case ffi::DataType::F16:
-      *out = DataType::FLOAT16;
-      return true;
-    case ffi::DataType::BF16:
-      *out = DataType::BFLOAT16;
-      return true;
-    case ffi::DataType::F32:
-      *out = DataType::FLOAT32;
-      return true;
-    case ffi::DataType::F64:
-      *out = DataType::FLOAT64;
-      return true;
-    default:
-      return false;
-  }
+    }
+  return false;
 }
 
 Shape ShapeOf(ffi::Span<const int64_t> dims) { return Shape(dims.begin(), dims.end()); }
