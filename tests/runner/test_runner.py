@@ -4,7 +4,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import tracemalloc
@@ -12,6 +11,7 @@ import tracemalloc
 import pytest
 
 from conftest import ROOT, rank_env
+from runner_helpers import script, tfringrun
 from tfring.runner.hosts import parse_hostfile, parse_hosts
 from tfring.runner.launch import parse
 from tfring.runner.mpirun import build_command
@@ -19,16 +19,6 @@ from tfring.runner.output import KEEP_LINES, Relay
 
 pytestmark = pytest.mark.slow  # launches real ranks or jobs
 
-
-def tfringrun(args, timeout=300, **kw):
-    return subprocess.run([sys.executable, "-m", "tfring.runner"] + args, cwd=ROOT, env=rank_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, **kw)
-
-
-def script(tmp_path, body, name="job.py"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
-    return str(path)
 
 
 def test_hosts_and_hostfile(tmp_path):

@@ -5,13 +5,10 @@ and keys outside Horovod's layout stay one-line refusals."""
 import io
 import json
 import socket
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
-from conftest import ROOT, rank_env
+from runner_helpers import script, tfringrun
 from tfring.runner.flags import UsageError
 from tfring.runner.launch import main, parse, say_notes
 from tfring.runner.mpirun import nic_args, plan
@@ -20,16 +17,6 @@ BAYES = ["--autotune-steps-per-sample", "20", "--autotune-bayes-opt-max-samples"
          "--autotune-gaussian-process-noise", "0.9"]
 TCP_ONLY = "--mpi-args=--mca pml ob1 --mca btl tcp,self"  # no shared memory: the ranks' traffic goes over TCP
 
-
-def tfringrun(args, timeout=300, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "tfring.runner"] + args, cwd=cwd, env=rank_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-
-
-def script(tmp_path, body, name="job.py"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
-    return str(path)
 
 
 def notes_of(argv):

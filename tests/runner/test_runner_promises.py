@@ -7,25 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 
 from conftest import ROOT, rank_env
+from runner_helpers import script, tfringrun
 
 pytestmark = pytest.mark.slow  # launches real ranks or jobs
 
-
-def tfringrun(args, timeout=300, env=None):
-    return subprocess.run([sys.executable, "-m", "tfring.runner"] + args, cwd=ROOT, env=env or rank_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-
-
-def script(tmp_path, body, name="job.py"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
-    return str(path)
 
 
 def test_knob_flags_reach_every_rank_and_take_effect(tmp_path):
