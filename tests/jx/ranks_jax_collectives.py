@@ -134,6 +134,35 @@ def test_a_rank_that_traced_before_names_its_collectives_alike():
     np.testing.assert_array_equal(step(jnp.ones(3)), np.full(3, 3.0 * N))
 
 
+def test_a_new_trace_never_continues_a_freed_traces_count():
+    # Counted by id(trace), a trace allocated where a freed one lived continued its count on one rank only
+    # (CI: rank 0 named 'allreduce.noname.2', the others '.1', and the step stalled).
+    from tfring.jax import _ffi
+
+    class Trace:
+        parent_trace = None
+    first = Trace()
+    assert _ffi.auto_name("allreduce", 0, first, "f32[3]").startswith("allreduce.noname.1.")
+    del first
+    again = Trace()  # usually at the freed one's address
+    assert _ffi.auto_name("allreduce", 0, again, "f32[3]").startswith("allreduce.noname.1.")
+    if R == 0:  # and on real traces: rank 0 traces (and frees) many more programs before the step
+        for n in range(1, 30):
+            jax.jit(lambda t: hvd.allreduce(t, op=hvd.Sum)).lower(jnp.ones(n))
+    step = jax.jit(lambda t: hvd.allreduce(t, op=hvd.Sum))
+    np.testing.assert_array_equal(step(jnp.ones(3)), np.full(3, float(N)))
+
+
+def test_collectives_in_cond_branches_and_grads_inside_one_jit_number_apart():
+    def f(t):  # two branches and a grad, each its own inner trace: numbered within the jit's, none collide
+        y = jax.lax.cond(t[0] > 0, lambda v: hvd.allreduce(v, op=hvd.Sum), lambda v: hvd.allreduce(-v, op=hvd.Sum), t)
+        z = jax.lax.cond(t[0] > 0, lambda v: hvd.allreduce(2 * v, op=hvd.Sum), lambda v: v, t)
+        g = jax.grad(lambda v: jnp.sum(hvd.allreduce(v * v, op=hvd.Sum)))(t)
+        return y + z + g
+    out = jax.jit(f)(jnp.ones(4))
+    np.testing.assert_array_equal(out, np.full(4, 3.0 * N + 2.0 * N))
+
+
 def test_join_waits_for_steps_still_in_flight():
     step = jax.jit(lambda t, w: hvd.allreduce(t, op=hvd.Sum, name="inflight") + 0 * jnp.tanh(w @ w)[0, 0])
     w = jnp.eye(128)

@@ -33,9 +33,8 @@ def _names(kind, name, pid, arrays):
         return "%s.noname.eager" % kind
     # Numbered within the trace that contains the call (a rank that traces again, e.g. for a smaller last
     # batch, numbers alike), plus the operands' signature.
-    trace = getattr(arrays[0], "_trace", None) if arrays else None
     sig = ",".join("%s%s" % (a.dtype, tuple(a.shape)) for a in arrays)
-    return _ffi.auto_name(kind, pid, id(trace), sig)
+    return _ffi.auto_name(kind, pid, jax_core.trace_ctx.trace, sig)
 
 
 def _check_array(fn, x, arg="tensor"):

@@ -7,6 +7,7 @@ import ctypes
 import hashlib
 import itertools
 import threading
+import weakref
 
 import jax
 import jax._src.effects as jax_effects
@@ -37,17 +38,29 @@ _C = _load()  # kept alive for the process: the registered targets point into it
 jax_effects.remat_allowed_effects.add_type(jax_ffi_internal.FfiEffect)
 
 _counter_lock = threading.Lock()
-_counters = {}
+# Keyed by the trace object itself, held weakly: keyed by id(), a new trace could reuse a freed one's id on one
+# rank and continue its count there (ranks then named the same collective differently and stalled).
+_counters = weakref.WeakKeyDictionary()
 
 
-def auto_name(kind, process_set_id, trace_id, signature):
+def root_trace(trace):
+    """The outermost trace above `trace` that is not the eager one: a jit's trace, not the trace of a lax.cond
+    branch or jax.grad inside it, so collectives in two branches or two grads of one function number apart."""
+    root = trace
+    while getattr(trace, "parent_trace", None) is not None:
+        trace = trace.parent_trace
+        if type(trace).__name__ != "EvalTrace":
+            root = trace
+    return root
+
+
+def auto_name(kind, process_set_id, trace, signature):
     """`<kind>.noname.<n>.<signature hash>` for a collective traced without a name: n counts the kind's calls on
-    the set within the trace, so every rank that traces the same function names alike, however often it traced
-    it before. Restarted at every init."""
+    the set within the trace (see root_trace), so every rank that traces the same function names alike, however
+    often it traced it before. Restarted at every init."""
     with _counter_lock:
-        if len(_counters) > 10000:  # traces that ended long ago
-            _counters.clear()
-        counter = _counters.setdefault((kind, process_set_id, trace_id), itertools.count(1))
+        per_trace = _counters.setdefault(root_trace(trace), {})
+        counter = per_trace.setdefault((kind, process_set_id), itertools.count(1))
         digest = hashlib.sha1(signature.encode()).hexdigest()[:8]
         return "%s.noname.%d.%s" % (kind, next(counter), digest)
 
