@@ -1,7 +1,9 @@
 """Data-parallel Keras training on scikit-learn's bundled 8x8 digits (1,797 images, shipped inside the
-scikit-learn wheel: no download). The usual Horovod recipe; only the import line differs.
+scikit-learn wheel: no download). The usual Horovod recipe; only the import line differs. Any Keras backend:
 
     tfringrun -np 2 python examples/keras_digits.py
+    KERAS_BACKEND=jax tfringrun -np 2 python examples/keras_digits.py
+    KERAS_BACKEND=torch tfringrun -np 2 python examples/keras_digits.py
 """
 import argparse
 import os
@@ -10,7 +12,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 
@@ -25,11 +26,13 @@ parser.add_argument("--target-accuracy", type=float, default=None, help="exit 1 
 args = parser.parse_args()
 
 hvd.init()
-# Pin one device per process (GPU builds); on CPU, one intra-op thread per rank avoids oversubscription.
-gpus = tf.config.list_physical_devices("GPU")
-if gpus:
-    tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-tf.config.threading.set_intra_op_parallelism_threads(1)
+if keras.backend.backend() == "tensorflow":
+    import tensorflow as tf
+    # Pin one device per process (GPU builds); on CPU, one intra-op thread per rank avoids oversubscription.
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+    tf.config.threading.set_intra_op_parallelism_threads(1)
 keras.utils.set_random_seed(1234 + hvd.rank())
 
 digits = load_digits()

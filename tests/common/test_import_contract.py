@@ -274,6 +274,18 @@ def test_jax_binding_loads_no_tensorflow_and_no_torch():
     assert proc.stdout.strip().endswith("ok"), proc.stdout[-3000:]
 
 
+@pytest.mark.parametrize("backend,absent", [("jax", ("tensorflow", "torch")), ("torch", ("tensorflow",))])
+def test_keras_on_jax_or_torch_loads_only_that_framework(backend, absent):
+    # (Keras itself imports jax on its torch backend when jax is installed: not ours to forbid.)
+    if not (_installed(backend) and _installed("keras")):
+        pytest.skip("%s or keras is not installed" % backend)
+    code = ("import sys; import tfring.keras as hvd; import tfring.keras.callbacks; hvd.init(); "
+            "m = hvd.DistributedOptimizer(__import__('keras').optimizers.SGD(0.1)); "
+            "bad = sorted(f for f in %r if f in sys.modules); assert not bad, bad; print('ok')" % (absent,))
+    proc = _fresh(code, KERAS_BACKEND=backend, TF_USE_LEGACY_KERAS="0")
+    assert proc.stdout.strip().endswith("ok"), proc.stdout[-3000:]
+
+
 def test_package_root_launcher_and_common_load_no_framework():
     code = "import sys; import tfring, tfring.common.basics, tfring.common.elastic.run, tfring.runner; " \
            "from tfring.runner import launch; bad = sorted(m for m in %r if m in sys.modules); assert not bad, bad; " \

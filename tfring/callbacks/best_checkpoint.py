@@ -2,10 +2,10 @@
 a save leaves the previous checkpoint loadable."""
 import os
 
-from tfring.callbacks._base import Callback, print_msg
 import numpy as np
 
-from tfring import tensorflow as tfr
+from tfring.callbacks._base import Callback, print_msg
+from tfring.common import topology
 
 
 class BestModelCheckpoint(Callback):
@@ -42,7 +42,7 @@ class BestModelCheckpoint(Callback):
         if current is None or not self.better(current, self.best):
             return
         self.best = current
-        if tfr.rank() != 0:
+        if topology.rank() != 0:
             return
         path = self.filepath.format(epoch=epoch + 1, **(logs or {}))
         directory, name = os.path.split(os.path.abspath(path))

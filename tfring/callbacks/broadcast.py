@@ -1,8 +1,6 @@
 """Start every rank (of process_set) from root_rank's weights and optimizer state."""
 from tfring.callbacks._base import Callback, optimizer_built
-
-from tfring import tensorflow as tfr
-from tfring.tensorflow.tape import var_key
+from tfring.keras._backend import glue
 
 
 class BroadcastGlobalVariablesCallback(Callback):
@@ -46,7 +44,7 @@ class BroadcastGlobalVariablesCallback(Callback):
         Args:
             var: a variable of the model or optimizer.
         """
-        self._local[var_key(var)] = var
+        self._local[glue().var_key(var)] = var
 
     def _model_variables(self):
         """The model's variables; None while a model that its first batch builds has none yet."""
@@ -57,6 +55,8 @@ class BroadcastGlobalVariablesCallback(Callback):
         return variables if variables or getattr(self.model, "built", True) else None
 
     def _broadcast(self):
+        backend = glue()
+        backend.sync_model_state(self.model)  # JAX: the trainer's state back in the variables
         opt = getattr(self.model, "optimizer", None)
         variables = []
         if not self._model_done:
@@ -71,9 +71,9 @@ class BroadcastGlobalVariablesCallback(Callback):
                 variables += list(self.model.variables)
             variables += list(opt.variables)
             self._optimizer_done = True
-        variables = [v for v in variables if var_key(v) not in self._local]
+        variables = [v for v in variables if backend.var_key(v) not in self._local]
         if variables:
-            tfr.broadcast_variables(variables, self.root_rank, process_set=self.process_set)
+            backend.broadcast_variables(variables, self.root_rank, self.process_set)
 
     def on_train_begin(self, logs=None):
         # Keras 3 builds the optimizer before on_train_begin, so one broadcast covers everything.

@@ -1,8 +1,9 @@
 """Learning-rate schedules by epoch (optionally per batch), and the standard large-batch warmup."""
 from tfring.callbacks._base import Callback, print_msg
 
-from tfring import tensorflow as tfr
+from tfring.common import topology
 from tfring.common.process_sets import process_set_size
+from tfring.keras._backend import glue
 
 
 class LearningRateScheduleCallback(Callback):
@@ -40,6 +41,8 @@ class LearningRateScheduleCallback(Callback):
 
     def _set(self, epoch):
         lr = self.initial_lr * self.multiplier(epoch)
+        # JAX: between batches the trainer holds the state; sync it so the next step reads the new rate.
+        glue().sync_model_state(self.model)
         self.model.optimizer.learning_rate = lr
         return lr
 
@@ -54,7 +57,7 @@ class LearningRateScheduleCallback(Callback):
         self.current_epoch = epoch
         if self.staircase and self._in_range(epoch):
             lr = self._set(epoch)
-            if self.verbose and tfr.rank() == 0:
+            if self.verbose and topology.rank() == 0:
                 print_msg("\nEpoch %d: learning rate set to %g" % (epoch + 1, lr))
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -90,6 +93,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def on_epoch_end(self, epoch, logs=None):
         if epoch == self.warmup_epochs - 1:
+            glue().sync_model_state(self.model)
             self.model.optimizer.learning_rate = self.initial_lr  # exactly the target after warmup
-            if self.verbose and tfr.rank() == 0:
+            if self.verbose and topology.rank() == 0:
                 print_msg("\nEpoch %d: finished warmup, learning rate %g" % (epoch + 1, self.initial_lr))

@@ -1,10 +1,10 @@
 """Average epoch-end metrics over the ranks (of process_set) so every rank sees the global value."""
-from tfring.callbacks._base import Callback
 import numpy as np
-import tensorflow as tf
 
-from tfring import tensorflow as tfr
+from tfring.callbacks._base import Callback
 from tfring.common.process_sets import process_set_size
+from tfring.common.reduce_ops import Average
+from tfring.keras._backend import glue
 
 
 class MetricAverageCallback(Callback):
@@ -27,8 +27,7 @@ class MetricAverageCallback(Callback):
         keys = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and isinstance(float(v), float))
         if not keys:
             return
-        values = tf.constant([float(logs[k]) for k in keys], tf.float64)
-        averaged = tfr.allreduce(values, op=tfr.Average, name="tfring_metric_average",
-                                    process_set=self.process_set).numpy()
+        values = np.array([float(logs[k]) for k in keys], np.float64)
+        averaged = glue().allreduce_numpy(values, Average, "tfring_metric_average", self.process_set)
         for k, v in zip(keys, averaged):
             logs[k] = float(v)

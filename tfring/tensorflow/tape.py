@@ -1,12 +1,13 @@
 """DistributedGradientTape / PartialDistributedGradientTape, and GradientReducer: what they and both Keras
 DistributedOptimizers do to a list of gradients (grouping, worker-local variables, process sets)."""
 import sys
-import warnings
 
 import tensorflow as tf
 
 from tfring.tensorflow.compression import Compression
-from tfring.common.process_sets import _is_global, process_set_size
+from tfring.common import gradient_groups
+from tfring.common.gradient_groups import communicates
+from tfring.common.process_sets import process_set_size
 from tfring.tensorflow.ops import Average, allreduce, grouped_allreduce
 
 
@@ -25,36 +26,12 @@ def var_key(var):
     return var.ref() if isinstance(var, tf.Variable) else id(var)
 
 
-def communicates(process_set):
-    """Whether gradients are reduced over process_set on this rank: it must be a member of a set of more than one
-    rank. Otherwise they come back unchanged (Horovod's _allreduce_cond).
-
-    Args:
-        process_set: a `tfring.ProcessSet` or None (all ranks).
-
-    Returns:
-        bool
-
-    Raises:
-        ValueError: the set is not registered.
-    """
-    n = process_set_size(process_set)
-    if n <= 1:
-        return False
-    if _is_global(process_set):
-        return True
-    included = process_set.included()
-    return bool(process_set.rank() >= 0 if included is None else included)
-
-
 def _is_variable(v):
     return isinstance(v, tf.Variable) or isinstance(getattr(v, "_value", None), tf.Variable)
 
 
 def check_groups(who, groups, num_groups):
-    """Horovod's grouping arguments: an int splits the gradients into that many contiguous groups; a list of
-    variable lists puts each list in one group (every other gradient is a group of its own). num_groups is the
-    deprecated spelling of an int `groups`.
+    """`tfring.common.gradient_groups.check_groups` for TensorFlow variables.
 
     Args:
         who: the caller's name, for messages.
@@ -67,30 +44,7 @@ def check_groups(who, groups, num_groups):
     Raises:
         ValueError: the arguments are malformed, or a variable is listed twice.
     """
-    if type(num_groups) is not int or num_groups < 0:
-        raise ValueError("%s: num_groups=%r must be an int >= 0" % (who, num_groups))
-    if num_groups:
-        warnings.warn("%s: num_groups is deprecated (as in Horovod); use groups=%d" % (who, num_groups),
-                      DeprecationWarning, stacklevel=3)
-        if groups is None:
-            groups = num_groups
-    if groups is None:
-        return None
-    if type(groups) is int:
-        if groups < 1:
-            raise ValueError("%s: groups=%r must be an int >= 1 or a list of lists of variables" % (who, groups))
-        return groups
-    if not isinstance(groups, (list, tuple)):
-        raise ValueError("%s: groups=%r must be an int >= 1 or a list of lists of variables" % (who, groups))
-    seen = set()
-    for group in groups:
-        if not isinstance(group, (list, tuple)) or not all(_is_variable(v) for v in group):
-            raise ValueError("%s: groups must be a list of lists of variables; got the element %r" % (who, group))
-        for v in group:
-            if var_key(v) in seen:
-                raise ValueError("%s: groups lists the variable %r more than once" % (who, v.name))
-            seen.add(var_key(v))
-    return [list(g) for g in groups]
+    return gradient_groups.check_groups(who, groups, num_groups, _is_variable, var_key)
 
 
 def local_layer_variables(who, local_layers):
@@ -171,20 +125,7 @@ class GradientReducer:
 
     def _split(self, present, keys):
         """Index lists, one per grouped allreduce."""
-        if self.groups is None:
-            return [present]
-        if isinstance(self.groups, int):
-            d, r = divmod(len(present), self.groups)
-            chunks = [present[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(self.groups)]
-            return [c for c in chunks if c]
-        if keys is None:
-            raise ValueError("%s: groups as lists of variables needs the variables of the gradients" % self.who)
-        where = {k: gi for gi, group in enumerate(self.groups) for k in map(var_key, group)}
-        split = [[] for _ in self.groups]
-        alone = []
-        for i in present:
-            (split[where[keys[i]]] if keys[i] in where else alone).append(i)
-        return [s for s in split if s] + [[i] for i in alone]
+        return gradient_groups.split_groups(self.who, self.groups, present, keys, var_key)
 
     def reduce(self, grads, variables=None):
         """Reduces the gradients. On a rank outside the process set, or in a set of one rank, they come back

@@ -6,7 +6,7 @@ import sys
 import keras
 from keras import ops
 
-from tfring.tensorflow._keras.delegate import InnerOptimizerDelegation
+from tfring.common.optimizer_delegation import InnerOptimizerDelegation
 from tfring.tensorflow.compression import Compression
 from tfring.tensorflow.ops import Average, Sum
 from tfring.tensorflow.tape import GradientReducer, local_layer_variables

@@ -1,4 +1,5 @@
-"""What both optimizer wrappers (Keras 3 and tf_keras) hand to the optimizer they wrap."""
+"""What every Keras optimizer wrapper (Keras 3 on any backend, tf_keras) hands to the optimizer it wraps; plain
+Python, no framework."""
 
 
 class InnerOptimizerDelegation:

@@ -1,0 +1,45 @@
+"""tfring.keras on the JAX backend: tfring.jax's collectives, which also run inside the trainer's jitted,
+stateless train step (compiled into it as XLA custom calls)."""
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+
+import tfring.jax as binding  # noqa: F401 (the backend's binding, read by tfring.keras)
+from tfring.jax.compression import Compression  # noqa: F401
+from tfring.keras import _reducer
+from tfring.keras._reducer import var_key  # noqa: F401
+
+GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=binding.grouped_allreduce)
+
+
+def to_native(value):
+    """A numpy, Keras or JAX value as a JAX array."""
+    return jnp.asarray(value)
+
+
+def allreduce_numpy(values, op, name, process_set):
+    """Reduces a numpy array over the ranks; returns numpy."""
+    return np.asarray(binding.allreduce(jnp.asarray(values), op=op, name=name, process_set=process_set))
+
+
+def broadcast_variables(variables, root_rank, process_set):
+    """Assigns root_rank's values to the Keras variables."""
+    variables = list(variables)
+    values = binding.broadcast_parameters([v.value for v in variables], root_rank=root_rank,
+                                          process_set=process_set)
+    for v, value in zip(variables, values):
+        v.assign(value)
+
+
+def sync_model_state(model):
+    """During fit the JAX trainer holds the state outside the variables: write it back, so that what a callback
+    reads or assigns is the current state (the next step reads the variables again)."""
+    sync = getattr(model, "jax_state_sync", None)
+    if sync is not None:
+        sync()
+
+
+def as_numpy(value):
+    """A value as numpy."""
+    return np.asarray(value)

@@ -1,0 +1,36 @@
+"""tfring.keras on the torch backend: tfring.torch's collectives, eagerly in the torch trainer's step."""
+import functools
+
+import numpy as np
+import torch
+
+import tfring.torch as binding  # noqa: F401 (the backend's binding, read by tfring.keras)
+from tfring.keras import _reducer
+from tfring.keras._reducer import var_key  # noqa: F401
+from tfring.torch.compression import Compression  # noqa: F401
+
+GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=binding.grouped_allreduce)
+
+
+def to_native(value):
+    """A numpy, Keras or torch value as a torch tensor (on the CPU unless it is one already)."""
+    return value if torch.is_tensor(value) else torch.as_tensor(np.asarray(value))
+
+
+def allreduce_numpy(values, op, name, process_set):
+    """Reduces a numpy array over the ranks; returns numpy."""
+    return binding.allreduce(torch.as_tensor(values), op=op, name=name, process_set=process_set).numpy()
+
+
+def broadcast_variables(variables, root_rank, process_set):
+    """Assigns root_rank's values to the Keras variables (in place, on their torch tensors)."""
+    binding.broadcast_parameters([v.value for v in variables], root_rank=root_rank, process_set=process_set)
+
+
+def sync_model_state(model):
+    """The torch trainer keeps the state in the variables: nothing to do."""
+
+
+def as_numpy(value):
+    """A value as numpy."""
+    return value.detach().cpu().numpy() if torch.is_tensor(value) else np.asarray(value)

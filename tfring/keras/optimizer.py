@@ -1,0 +1,204 @@
+"""DistributedOptimizer for Keras 3 on the JAX and torch backends (the TensorFlow backend's is
+tfring/tensorflow/_keras/optimizer.py): wraps an inner optimizer through public API only, as
+keras.optimizers.LossScaleOptimizer does, and reduces the gradients in apply() before the inner update.
+
+On JAX, apply() runs inside the trainer's jitted, stateless step (Optimizer.stateless_apply): the collectives are
+compiled into the step, and every state change goes through variable assignment, which the stateless scope
+records. With backward_passes_per_step > 1 the communication runs only on every k-th pass (lax.cond); the inner
+update is computed on every pass and kept only on those (a select, since a stateless scope's assignments cannot
+happen inside a branch)."""
+import copy
+
+import keras
+from keras import ops
+
+from tfring.common.optimizer_delegation import InnerOptimizerDelegation
+from tfring.common.reduce_ops import Average, Sum
+from tfring.keras._backend import glue
+
+_glue = glue()
+_COMPRESSIONS = {"none": _glue.Compression.none, "fp16": _glue.Compression.fp16, "bf16": _glue.Compression.bf16}
+WHO = "tfring.keras.DistributedOptimizer"
+
+
+def _compression_name(c):
+    for name, cls in _COMPRESSIONS.items():
+        if c is cls:
+            return name
+    raise ValueError("%s: compression=%r is not one of Compression.none/fp16/bf16" % (WHO, c))
+
+
+class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer):
+    """Averages (op=Average) or sums (op=Sum) gradients over the ranks of process_set (default: all), then
+    applies the inner optimizer. `learning_rate` and `iterations` are the inner optimizer's; on a rank outside
+    the set, or in a set of one rank, gradients are applied unreduced. Keras on JAX and torch has no sparse
+    gradients, so sparse_as_dense changes nothing there.
+
+    Args:
+        optimizer: the Keras optimizer that applies the reduced gradients (or its config dict).
+        name: the wrapper's name (default "Distributed" + the inner class name).
+        op: `Average` (default) or `Sum`.
+        compression: `Compression.none`, `.fp16` or `.bf16` (or "none", "fp16", "bf16").
+        sparse_as_dense: accepted (no sparse gradients on these backends).
+        backward_passes_per_step: k > 1 accumulates k local gradients and communicates once every k steps.
+        average_aggregated_gradients: with k > 1, apply the mean of the k gradients instead of their sum.
+        gradient_predivide_factor: with Average, divide by this before the sum and by size/this after.
+        groups: an int (that many contiguous groups) or lists of variables, one grouped allreduce each.
+        device_dense, device_sparse: accepted for Horovod compatibility (ignored).
+        process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
+        num_groups: deprecated spelling of an int `groups`.
+        scale_local_gradients: divide local variables' gradients by the set's size (Horovod's default).
+        **kwargs: keras.optimizers.Optimizer's arguments (learning_rate is the inner optimizer's).
+
+    Raises:
+        TypeError: `optimizer` is not a Keras optimizer.
+        ValueError: op is not Average or Sum, backward_passes_per_step < 1, gradient_predivide_factor without
+            Average, an unknown compression, or malformed groups.
+    """
+
+    def __init__(self, optimizer, name=None, op=Average, compression=_glue.Compression.none, sparse_as_dense=False,
+                 backward_passes_per_step=1, average_aggregated_gradients=False, gradient_predivide_factor=1.0,
+                 groups=None, device_dense="", device_sparse="", process_set=None, num_groups=0,
+                 scale_local_gradients=True, **kwargs):
+        if isinstance(optimizer, dict):
+            optimizer = keras.optimizers.deserialize(optimizer)
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
+            raise TypeError("%s: optimizer must be a keras.optimizers.Optimizer, got %r" % (WHO, optimizer))
+        if op not in (Average, Sum):
+            raise ValueError("%s: op=%r must be Average or Sum" % (WHO, op))
+        if type(backward_passes_per_step) is not int or backward_passes_per_step < 1:
+            raise ValueError("%s: backward_passes_per_step=%r must be an int >= 1" % (WHO, backward_passes_per_step))
+        if isinstance(compression, str):
+            if compression not in _COMPRESSIONS:
+                raise ValueError("%s: compression=%r is not one of 'none', 'fp16', 'bf16'" % (WHO, compression))
+            compression = _COMPRESSIONS[compression]
+        _compression_name(compression)
+        reducer = _glue.GradientReducer(WHO, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+                                        gradient_predivide_factor=gradient_predivide_factor, groups=groups,
+                                        num_groups=num_groups, process_set=process_set,
+                                        scale_local_gradients=scale_local_gradients)
+        kwargs.pop("learning_rate", None)
+        super().__init__(learning_rate=0.0, name=name or "Distributed%s" % type(optimizer).__name__, **kwargs)
+        self.inner_optimizer = optimizer
+        self.op = op
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.backward_passes_per_step = backward_passes_per_step
+        self.average_aggregated_gradients = average_aggregated_gradients
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.process_set = process_set
+        self._reducer = reducer
+
+    def register_local_var(self, var):
+        """Keeps var's gradient local: not reduced over ranks (only scaled, see scale_local_gradients).
+
+        Args:
+            var: a trainable variable of the model.
+        """
+        self._reducer.register_local(var)
+
+    def build(self, var_list):
+        self.inner_optimizer.build(var_list)
+        if self.backward_passes_per_step > 1:
+            self._pass_counter = self.add_variable((), dtype="int32", initializer="zeros", name="pass_counter")
+            self._accumulators = [self.add_variable_from_reference(v, name="grad_accumulator") for v in var_list]
+        super().build(var_list)
+
+    @property
+    def variables(self):
+        return self._variables + self.inner_optimizer.variables
+
+    def apply(self, grads, trainable_variables=None):
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
+        if self.backward_passes_per_step == 1:
+            self.inner_optimizer.apply(self._reducer.reduce(grads, variables), trainable_variables)
+        else:
+            self._accumulate(grads, variables, trainable_variables)
+
+    def _accumulate(self, grads, variables, trainable_variables):
+        k = self.backward_passes_per_step
+        for acc, g in zip(self._accumulators, grads):
+            if g is not None:
+                acc.assign(acc + g)
+        self._pass_counter.assign((self._pass_counter + 1) % k)
+        update = ops.equal(self._pass_counter, 0)  # the same on every rank: each counts its own passes
+        sums = [a.value / k if self.average_aggregated_gradients else a.value for a in self._accumulators]
+        if keras.backend.backend() == "torch":  # eager: plain control flow
+            if bool(update):
+                self.inner_optimizer.apply(self._reducer.reduce(sums, variables), trainable_variables)
+                for a in self._accumulators:
+                    a.assign(ops.zeros_like(a.value))
+            return
+        reduced = ops.cond(update, lambda: self._reducer.reduce(sums, variables), lambda: sums)
+        kept = list(variables) + list(self.inner_optimizer.variables)
+        before = [v.value for v in kept]
+        self.inner_optimizer.apply(reduced, trainable_variables)
+        for v, old in zip(kept, before):
+            v.assign(ops.where(update, v.value, old))
+        for a in self._accumulators:
+            a.assign(ops.where(update, ops.zeros_like(a.value), a.value))
+
+    def finalize_variable_values(self, var_list):
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
+            "op": self.op,
+            "compression": _compression_name(self.compression),
+            "sparse_as_dense": self.sparse_as_dense,
+            "backward_passes_per_step": self.backward_passes_per_step,
+            "average_aggregated_gradients": self.average_aggregated_gradients,
+            "gradient_predivide_factor": self.gradient_predivide_factor,
+            "groups": self._reducer.groups if isinstance(self._reducer.groups, int) else None,
+            "scale_local_gradients": self._reducer.scale_local_gradients,
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = copy.deepcopy(config)
+        inner = keras.saving.deserialize_keras_object(config.pop("optimizer"), custom_objects=custom_objects)
+        return cls(inner, **config)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=_glue.Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average, groups=None, process_set=None,
+                                local_layers=None, scale_local_gradients=True, **kwargs):
+    """`DistributedOptimizer` that keeps the gradients of `local_layers`' trainable variables local.
+
+    Args:
+        optimizer, name, device_dense, device_sparse, compression: as for `DistributedOptimizer`.
+        sparse_as_dense, gradient_predivide_factor, op, groups, process_set: the same.
+        local_layers: a built Keras layer, or a list of them, whose variables stay local.
+        scale_local_gradients: divide the local gradients by the set's size (Horovod's default).
+        **kwargs: other `DistributedOptimizer` arguments (e.g. backward_passes_per_step).
+
+    Returns:
+        The DistributedOptimizer.
+
+    Raises:
+        ValueError: a local layer is not a built Keras layer, or other arguments are malformed.
+    """
+    layers = [] if local_layers is None else \
+        [local_layers] if isinstance(local_layers, keras.layers.Layer) else list(local_layers)
+    for layer in layers:
+        if not isinstance(layer, keras.layers.Layer) or not layer.built:
+            raise ValueError("tfring.keras.PartialDistributedOptimizer: local_layers must be built Keras layers; "
+                             "got %r" % (layer,))
+    opt = DistributedOptimizer(optimizer, name=name, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+                               gradient_predivide_factor=gradient_predivide_factor, groups=groups,
+                               device_dense=device_dense, device_sparse=device_sparse, process_set=process_set,
+                               scale_local_gradients=scale_local_gradients, **kwargs)
+    for v in (v for layer in layers for v in layer.trainable_weights):
+        opt.register_local_var(v)
+    return opt
+
+
+if keras.saving.get_registered_object("tfring>DistributedOptimizer") is None:  # once per process, any backend
+    keras.saving.register_keras_serializable(package="tfring")(DistributedOptimizer)

@@ -1,0 +1,56 @@
+"""SyncBatchNormalization for Keras 3 on the JAX and torch backends (TensorFlow's is
+tfring/tensorflow/sync_batch_norm.py): training-mode statistics of the global batch of every rank in a process
+set, differentiable; inference uses the moving statistics, exactly like BatchNormalization."""
+import keras
+from keras import ops
+
+from tfring.common.process_sets import process_set_size
+from tfring.common.reduce_ops import Sum
+from tfring.keras._backend import glue
+
+
+class SyncBatchNormalization(keras.layers.BatchNormalization):
+    """keras.layers.BatchNormalization whose training-mode mean and variance are computed over the global batch
+    of all ranks in `process_set` (default: all ranks).
+
+    Every rank in the set must call the layer in training mode together. Ranks are weighted by their element
+    counts (batch sizes may differ). Two Sum allreduces per call: the counts and sums, then the squared
+    deviations from the global mean (no E[x^2] - E[x]^2 cancellation). Gradients flow back to every rank's
+    inputs (the gradient of a Sum allreduce is the Sum allreduce of the upstream gradients, as Horovod).
+    `process_set` is not saved with the layer's config.
+
+    Args:
+        fused: must be False (Horovod's argument).
+        process_set: the `tfring.ProcessSet` to synchronize over (default: all ranks).
+        synchronized: must be False (tf.distribute's own synchronization).
+        **kwargs: keras.layers.BatchNormalization's arguments (axis, momentum, epsilon, ...).
+
+    Raises:
+        ValueError: fused or synchronized is set.
+    """
+
+    def __init__(self, fused=False, process_set=None, synchronized=False, **kwargs):
+        if fused:
+            raise ValueError("SyncBatchNormalization: fused=%r is not supported (local statistics)" % (fused,))
+        if synchronized:
+            raise ValueError("SyncBatchNormalization: synchronized=%r is tf.distribute's; tfring synchronizes"
+                             % (synchronized,))
+        super().__init__(**kwargs)
+        self.process_set = process_set
+
+    def _moments(self, inputs, mask):
+        if process_set_size(self.process_set) == 1:
+            return super()._moments(inputs, mask)  # nothing to synchronize: exactly BatchNormalization
+        axes = self._reduction_axes
+        low = keras.backend.standardize_dtype(inputs.dtype) in ("float16", "bfloat16")
+        x = ops.cast(inputs, "float32") if low else inputs  # statistics in float32, as BatchNormalization
+        w = ops.ones_like(x) if mask is None else ops.broadcast_to(ops.expand_dims(ops.cast(mask, x.dtype), -1),
+                                                                    ops.shape(x))
+        kwargs = {} if self.process_set is None else {"process_set": self.process_set}
+        reduce = lambda ts: glue().binding.grouped_allreduce(ts, op=Sum, **kwargs)  # noqa: E731
+        count, total = reduce([ops.sum(w, axes), ops.sum(w * x, axes)])
+        mean = total / ops.maximum(count, 1.0)
+        shape = [1 if i in axes else d for i, d in enumerate(ops.shape(x))]
+        (m2,) = reduce([ops.sum(w * ops.square(x - ops.reshape(mean, shape)), axes)])
+        variance = m2 / ops.maximum(count, 1.0)
+        return ops.cast(mean, inputs.dtype), ops.cast(variance, inputs.dtype)
