@@ -90,6 +90,9 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             raise ValueError("tfring.keras.DistributedOptimizer: gradient_predivide_factor=%r needs op=Average"
                              % (gradient_predivide_factor,))
         if isinstance(compression, str):
+            if compression not in _COMPRESSIONS:
+                raise ValueError("tfring.keras.DistributedOptimizer: compression=%r is not one of 'none', 'fp16', "
+                                 "'bf16'" % (compression,))
             compression = _COMPRESSIONS[compression]
         _compression_name(compression)
         reducer = GradientReducer("tfring.keras.DistributedOptimizer", op, compression, sparse_as_dense,
