@@ -66,9 +66,10 @@ def build_mxnet_extension(builder, out, link_core):
     builder._write_info({"mxnet": metadata.version("mxnet")})
 
 
-def xla_sources():
-    """XLA FFI handlers shared by the JAX extension and the TensorFlow ops' XLA lowering."""
-    return sorted(glob.glob("tfring/cc/xla/*.cc"))
+def xla_sources(gpu=None):
+    """XLA FFI handlers shared by the JAX extension and the TensorFlow ops' XLA lowering; the "CUDA" ones
+    (handlers_gpu.cc: device buffers to the core's NCCL path) only in GPU builds."""
+    return sorted(f for f in glob.glob("tfring/cc/xla/*.cc") if gpu or not f.endswith("_gpu.cc"))
 
 
 def build_jax_extension(builder, out, link_core):
@@ -78,7 +79,7 @@ def build_jax_extension(builder, out, link_core):
     from importlib import metadata
     include = os.path.join(importlib.util.find_spec("jaxlib").submodule_search_locations[0], "include")
     flags = builder._common + builder._mpi_c + ["-I" + include]
-    objects = builder._compile([(src, flags) for src in xla_sources()])
+    objects = builder._compile([(src, flags) for src in xla_sources(builder._gpu)])
     builder._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/.."])
     builder._write_info({"jax": metadata.version("jax")})
 
@@ -300,7 +301,7 @@ class BuildOps(build_ext):
             stubs = "-I" + os.path.join(HERE, "third_party", "tf_xla_stubs")
             flags = self._common + tf_cflags + [stubs] + self._mpi_c + ['-DTFRING_TF_VERSION="%s"' % tf.__version__,
                                                               "-Wno-unused-result", "-Wno-deprecated-declarations"]
-            objects = self._compile([(src, flags) for src in tf_sources() + xla_sources()])
+            objects = self._compile([(src, flags) for src in tf_sources() + xla_sources(self._gpu)])
             self._link(out, objects, link_core + ["-Wl,-rpath,$ORIGIN/.."] + tf.sysconfig.get_link_flags())
             self._write_info({"tensorflow": tf.__version__})
         elif ext.name == "tfring.torch._tfring_torch":

@@ -1,6 +1,7 @@
-"""The GPU path (NCCL + CUDA kernels; the TF ops and, where torch is installed, the torch extension) compiles with
-nvcc and loads; no GPU is available to this project, so nothing here runs a collective on a GPU. Skipped where nvcc
-or NCCL's headers are missing."""
+"""The GPU path (NCCL + CUDA kernels; the TF ops, their XLA lowering's "CUDA" FFI handlers and, where torch and jax
+are installed, the torch extension and the JAX binding's CUDA targets) compiles with nvcc and loads; no GPU is
+available to this project, so nothing here runs a collective on a GPU. Skipped where nvcc or NCCL's headers are
+missing."""
 import glob
 import os
 import shutil
@@ -22,6 +23,14 @@ for op in ["HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather", "H
            "HorovodAlltoall", "HorovodReducescatter"]:
     devices = {k.device_type for k in kernels.get_registered_kernels_for_op(op).kernel}
     assert devices == {"CPU", "GPU"}, (op, devices)
+# The XLA lowering's "CUDA" handlers: TensorFlow's XLA took them (tfring_xla_cuda_registration() == ""), so
+# Keras' jit_compile="auto" on a GPU keeps XLA (tfring/tensorflow/_keras/jit_fallback.py).
+import ctypes, glob, os
+from tfring.tensorflow._keras import jit_fallback
+lib = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(hvd.__file__), "tensorflow", "_tfring*.so"))[0])
+lib.tfring_xla_cuda_registration.restype = ctypes.c_char_p
+assert lib.tfring_xla_cuda_registration() == b"", lib.tfring_xla_cuda_registration()
+assert jit_fallback.served_device_types() == {"CPU", "GPU"}
 alltoall_gpu = [k for k in kernels.get_registered_kernels_for_op("HorovodAlltoall").kernel if k.device_type == "GPU"]
 assert set(alltoall_gpu[0].host_memory_arg) == {"splits", "received_splits"}, alltoall_gpu[0]
 # CPU tensors in a GPU build still take the MPI path, on every rank.
@@ -44,9 +53,37 @@ print("GPU-BUILD-OK rank", hvd.rank())
 """
 
 
-def _has_torch():
+CHECK_JAX = r"""
+import jax, jax.numpy as jnp
+from jaxlib import xla_client
+import tfring.jax as hvd
+hvd.init()
+# The CUDA targets were registered: a CPU-only jaxlib queues them for a CUDA plugin (jaxlib's own bookkeeping).
+queued = {name for name, *_ in getattr(xla_client, "_custom_callback", {}).get("CUDA", [])}
+expected = {"tfring_" + k for k in ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")}
+assert expected <= queued, queued
+# The CPU handlers still serve jax.jit in a GPU build.
+out = jax.jit(lambda x: hvd.allreduce(x, op=hvd.Sum, name="gpu_build_jit"))(jnp.array([1.0, 2.0]) * (hvd.rank() + 1))
+n = hvd.size()
+assert out.tolist() == [n * (n + 1) / 2, n * (n + 1)], out
+print("GPU-BUILD-OK rank", hvd.rank())
+"""
+
+GPU_HANDLERS = ["tfring_jax_gpu_" + k for k in ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")]
+
+
+def _has(module):
     import importlib.util
-    return importlib.util.find_spec("torch") is not None
+    return importlib.util.find_spec(module) is not None
+
+
+def _has_torch():
+    return _has("torch")
+
+
+def _exports(path):
+    out = subprocess.run(["nm", "-D", "--defined-only", path], stdout=subprocess.PIPE, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
 
 
 def _nccl_available():
@@ -65,14 +102,25 @@ def _nccl_available():
 @pytest.mark.skipif(shutil.which("nvcc") is None or not _nccl_available(),
                     reason="needs nvcc and NCCL headers (pip install nvidia-nccl-cu12)")
 def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
-    with_torch = _has_torch()
+    with_torch, with_jax = _has_torch(), _has("jaxlib")
     env = dict(os.environ, TFRING_GPU_OPERATIONS="NCCL", TF_CPP_MIN_LOG_LEVEL="2",
-               **{"TFRING_WITH_PYTORCH" if with_torch else "TFRING_WITHOUT_PYTORCH": "1"})
+               **{"TFRING_WITH_PYTORCH" if with_torch else "TFRING_WITHOUT_PYTORCH": "1",
+                  "TFRING_WITH_JAX" if with_jax else "TFRING_WITHOUT_JAX": "1"})
     build = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
                             "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=1200)
     assert build.returncode == 0, build.stdout[-5000:]
     assert "nvcc" in build.stdout and "gpu_kernels.cu" in build.stdout
+    # The XLA "CUDA" handlers are compiled for every XLA user (TF's lowering; the JAX binding) and exported.
+    compile_lines = [line for line in build.stdout.splitlines() if line.startswith("g++ -c ")]
+    gpu_handler_lines = [line for line in compile_lines if line.startswith("g++ -c tfring/cc/xla/handlers_gpu.cc")]
+    assert len(gpu_handler_lines) == (2 if with_jax else 1), build.stdout[-5000:]
+    assert all("-DTFRING_HAVE_NCCL=1" in line for line in gpu_handler_lines)
+    tf_ext = glob.glob(str(tmp_path / "lib" / "tfring" / "tensorflow" / "_tfring*.so"))[0]
+    assert set(GPU_HANDLERS + ["tfring_xla_cuda_registration"]) <= _exports(tf_ext)
+    if with_jax:
+        jax_ext = glob.glob(str(tmp_path / "lib" / "tfring" / "jax" / "_tfring_jax*.so"))[0]
+        assert set(GPU_HANDLERS) <= _exports(jax_ext)
     # A package tree whose library is the GPU build: the Python sources of the tree under test plus that .so.
     import tfring
     pkg = tmp_path / "pkg" / "tfring"
@@ -84,7 +132,8 @@ def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
             shutil.copy(f, str(pkg / os.path.relpath(os.path.dirname(f), str(built))))
     env = rank_env()
     env["PYTHONPATH"] = str(tmp_path / "pkg")
-    checks = [("check.py", CHECK)] + ([("check_torch.py", CHECK_TORCH)] if with_torch else [])
+    checks = ([("check.py", CHECK)] + ([("check_torch.py", CHECK_TORCH)] if with_torch else [])
+              + ([("check_jax.py", CHECK_JAX)] if with_jax else []))
     for name, text in checks:
         script = tmp_path / name
         script.write_text(text)

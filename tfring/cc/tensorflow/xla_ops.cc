@@ -2,9 +2,11 @@
 // default on a GPU machine). Each op becomes an XLA custom call to tfring's FFI handlers (tfring/cc/xla), which
 // hand XLA's buffers to the same core runtime as the graph kernels: the same negotiation, fusion, stall deadline
 // and error model. The collective's name is the graph kernel's (tensor_name, else the node name), so the ranks
-// match as in graph mode. Only the CPU ("Host") handlers exist: on a GPU, XLA would need CUDA handlers.
+// match as in graph mode. The "Host" handlers always; the "CUDA" ones (handlers_gpu.cc, device buffers to the
+// core's NCCL path) only in NCCL builds, and never run on a GPU.
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/ops/layout.h"  // EvenRowCounts: the core's reducescatter/alltoall row split
@@ -39,6 +41,47 @@ XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_allgather", "Host", t
 XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_broadcast", "Host", tfring_jax_broadcast);
 XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_alltoall", "Host", tfring_jax_alltoall);
 XLA_FFI_REGISTER_HANDLER(xla::ffi::GetXlaFfiApi(), "tfring_reducescatter", "Host", tfring_jax_reducescatter);
+
+#ifdef TFRING_HAVE_NCCL
+extern "C" XLA_FFI_Error* tfring_jax_gpu_allreduce(XLA_FFI_CallFrame* frame);
+extern "C" XLA_FFI_Error* tfring_jax_gpu_allgather(XLA_FFI_CallFrame* frame);
+extern "C" XLA_FFI_Error* tfring_jax_gpu_broadcast(XLA_FFI_CallFrame* frame);
+extern "C" XLA_FFI_Error* tfring_jax_gpu_alltoall(XLA_FFI_CallFrame* frame);
+extern "C" XLA_FFI_Error* tfring_jax_gpu_reducescatter(XLA_FFI_CallFrame* frame);
+
+// Registered explicitly (the macro drops XLA's answer): the outcome is kept for tfring_xla_cuda_registration,
+// which the GPU build test reads.
+std::string RegisterCudaHandlers() {
+  const std::pair<const char*, XLA_FFI_Handler*> handlers[] = {{"tfring_allreduce", tfring_jax_gpu_allreduce},
+                                                               {"tfring_allgather", tfring_jax_gpu_allgather},
+                                                               {"tfring_broadcast", tfring_jax_gpu_broadcast},
+                                                               {"tfring_alltoall", tfring_jax_gpu_alltoall},
+                                                               {"tfring_reducescatter", tfring_jax_gpu_reducescatter}};
+  const XLA_FFI_Api* api = xla::ffi::GetXlaFfiApi();
+  for (const auto& h : handlers) {
+    XLA_FFI_Error* err = xla::ffi::Ffi::RegisterStaticHandler(api, h.first, "CUDA", h.second);
+    if (err == nullptr) continue;
+    XLA_FFI_Error_GetMessage_Args args;
+    args.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
+    args.extension_start = nullptr;
+    args.error = err;
+    api->XLA_FFI_Error_GetMessage(&args);
+    std::string message = std::string(h.first) + ": " + args.message;
+    XLA_FFI_Error_Destroy_Args destroy;
+    destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.extension_start = nullptr;
+    destroy.error = err;
+    api->XLA_FFI_Error_Destroy(&destroy);
+    return message;
+  }
+  return "";
+}
+const std::string& CudaRegistration() {
+  static const std::string* result = new std::string(RegisterCudaHandlers());
+  return *result;
+}
+[[maybe_unused]] const bool kCudaRegistered = CudaRegistration().empty();  // at load, as the "Host" ones
+#endif
 
 std::string Quote(const std::string& s) {
   std::string out = "\"";
@@ -237,3 +280,8 @@ REGISTER_XLA_OP(Name("HorovodBroadcast"), XlaBroadcast);
 }  // namespace
 }  // namespace tf_xla
 }  // namespace tfring
+
+#ifdef TFRING_HAVE_NCCL
+// "" when TensorFlow's XLA took the "CUDA" handlers, else its error.
+extern "C" const char* tfring_xla_cuda_registration() { return tfring::tf_xla::CudaRegistration().c_str(); }
+#endif

@@ -20,62 +20,11 @@
 #include <utility>
 #include <vector>
 
-#include "../common/runtime.h"
-#include "xla/ffi/api/ffi.h"
-
-namespace ffi = xla::ffi;
+#include "call.h"
 
 namespace tfring {
-namespace jax_binding {
+namespace xla_ffi {
 namespace {
-
-bool FromXla(ffi::DataType t, DataType* out) {
-  static const std::pair<ffi::DataType, DataType> kTypes[] = {
-      {ffi::DataType::PRED, DataType::BOOL},     {ffi::DataType::U8, DataType::UINT8},
-      {ffi::DataType::S8, DataType::INT8},       {ffi::DataType::U16, DataType::UINT16},
-      {ffi::DataType::S16, DataType::INT16},     {ffi::DataType::S32, DataType::INT32},
-      {ffi::DataType::S64, DataType::INT64},     {ffi::DataType::F16, DataType::FLOAT16},
-      {ffi::DataType::BF16, DataType::BFLOAT16}, {ffi::DataType::F32, DataType::FLOAT32},
-      {ffi::DataType::F64, DataType::FLOAT64}};
-  for (const auto& kv : kTypes)
-    if (kv.first == t) {
-      *out = kv.second;
-      return true;
-    }
-  return false;
-}
-
-Shape ShapeOf(ffi::Span<const int64_t> dims) { return Shape(dims.begin(), dims.end()); }
-
-// A buffer XLA owns (and keeps alive until the handler's future completes).
-class XlaTensor : public Tensor {
- public:
-  XlaTensor(void* data, DataType dtype, Shape shape) : data_(data), dtype_(dtype), shape_(std::move(shape)) {}
-  DataType dtype() const override { return dtype_; }
-  Shape shape() const override { return shape_; }
-  void* data() override { return data_; }
-  int64_t size_bytes() const override { return NumElements(shape_) * DataTypeSize(dtype_); }
-
- private:
-  void* data_;
-  DataType dtype_;
-  Shape shape_;
-};
-
-ffi::ErrorCode ToXla(StatusCode code) {
-  switch (code) {
-    case StatusCode::INVALID_ARGUMENT:
-      return ffi::ErrorCode::kInvalidArgument;
-    case StatusCode::PRECONDITION_ERROR:
-      return ffi::ErrorCode::kFailedPrecondition;
-    case StatusCode::DEADLINE_EXCEEDED:
-      return ffi::ErrorCode::kDeadlineExceeded;
-    case StatusCode::WORKERS_FAILED:
-      return ffi::ErrorCode::kAborted;
-    default:
-      return ffi::ErrorCode::kInternal;
-  }
-}
 
 // Completes futures off the core's thread, in the order their collectives finished.
 class Completer {
@@ -113,148 +62,63 @@ class Completer {
   std::thread thread_;
 };
 
-// One handler call: its promise, the results XLA allocated, and how many entries are still running.
-struct Call : public OpContext {
+// A call on host buffers: completes its promise; a wrongly-shaped result's scratch is host memory.
+class HostCall : public Call {
+ public:
   ffi::Promise promise;
-  std::vector<std::shared_ptr<XlaTensor>> results;  // output i of the call
-  std::vector<std::shared_ptr<XlaTensor>> extra;    // alltoall: received splits (int32), one per entry
-  std::atomic<int> remaining{0};
-  std::mutex mu;
-  Status first_error;
-  std::string fn;
-  std::deque<std::vector<char>> scratch;  // outputs of a rank whose compiled shapes were wrong (see below)
 
-  // The core negotiated the output's shape; XLA fixed it when the program was compiled. When they differ this
-  // rank still takes part in the transfer (into a scratch buffer of the negotiated size), so its peers, whose
-  // shapes may be right, are not left waiting inside MPI; then this call fails with both shapes named.
-  Status AllocateOutput(int index, const Shape& shape, std::shared_ptr<Tensor>* out) override {
-    const bool splits = index >= static_cast<int>(results.size());
-    auto& t = splits ? extra[index - results.size()] : results[index];
-    if (t->shape() == shape) {
-      *out = t;
-      return Status::OK();
-    }
-    Fail(Status::InvalidArgument("tfring: " + fn + ": this rank's result is " + ShapeString(shape) +
-                                 " but the compiled program allocated " + ShapeString(t->shape()) +
-                                 " (inside jax.jit pass every rank's first dimension, e.g. sizes= for "
-                                 "allgather, or call it eagerly)"));
-    std::lock_guard<std::mutex> lock(mu);
-    scratch.emplace_back(NumElements(shape) * DataTypeSize(t->dtype()));
-    *out = std::make_shared<XlaTensor>(scratch.back().data(), t->dtype(), shape);
-    return Status::OK();
+ protected:
+  void* Scratch(int64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    scratch_.emplace_back(bytes);
+    return scratch_.back().data();
   }
-  void Fail(const Status& s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (first_error.ok()) first_error = s;
-  }
-  void Done(const Status& s) {
-    if (!s.ok()) Fail(s);
-    if (remaining.fetch_sub(1) == 1) {
-      Status st;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        st = first_error;
-      }
-      Completer::Get().Push(promise, st);
-    }
-  }
+  void Complete(const Status& s) override { Completer::Get().Push(promise, s); }
+
+ private:
+  std::deque<std::vector<char>> scratch_;
 };
 
-ffi::Error Refuse(const std::string& msg) { return ffi::Error(ffi::ErrorCode::kInvalidArgument, msg); }
-
-// Builds one entry per operand (a grouped call names them "<name>_<i>of<n>", as Horovod's grouped ops), enqueues
-// them all at once and returns the future. Results: the same count as operands (plus the splits outputs).
-ffi::Future Submit(const char* fn, OpType op, ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view name,
-                   int64_t reduce_op, double prescale, double postscale, int64_t root, int64_t set,
-                   const std::vector<int64_t>& splits) {
-  auto call = std::make_shared<Call>();
-  call->fn = fn;
+// Builds the entries, enqueues them all at once and returns the future.
+ffi::Future Submit(const CallArgs& a, ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t set) {
+  auto call = std::make_shared<HostCall>();
   ffi::Future future(call->promise);
-  const size_t n = args.size();
-  const bool alltoall = op == OpType::ALLTOALL;
-  std::string error;
-  if (rets.size() != (alltoall ? 2 * n : n)) error = "result count does not match the operands";
-  std::vector<TensorEntry> entries(n);
-  for (size_t i = 0; i < n && error.empty(); ++i) {
-    auto in = args.get<ffi::AnyBuffer>(i);
-    auto out = rets.get<ffi::AnyBuffer>(i);
-    if (in.has_error() || out.has_error()) {
-      error = "bad operand or result " + std::to_string(i);
-      break;
-    }
-    TensorEntry& e = entries[i];
-    if (!FromXla(in->element_type(), &e.request.dtype)) {
-      error = "operand " + std::to_string(i) + " has a dtype tfring does not support";
-      break;
-    }
-    e.request.op = op;
-    e.request.name =
-        n == 1 ? std::string(name) : std::string(name) + "_" + std::to_string(i + 1) + "of" + std::to_string(n);
-    e.request.shape = ShapeOf(in->dimensions());
-    e.request.reduce_op = static_cast<ReduceOp>(reduce_op);
-    e.request.prescale = prescale;
-    e.request.postscale = postscale;
-    e.request.root_rank = static_cast<int32_t>(root);
-    e.input = std::make_shared<XlaTensor>(in->untyped_data(), e.request.dtype, e.request.shape);
-    call->results.push_back(
-        std::make_shared<XlaTensor>((*out)->untyped_data(), e.request.dtype, ShapeOf((*out)->dimensions())));
-    if (op == OpType::ALLREDUCE || op == OpType::BROADCAST) e.output = call->results.back();
-    e.output_index = static_cast<int>(i);
-    if (alltoall) {
-      e.request.splits = splits;
-      auto received = rets.get<ffi::AnyBuffer>(n + i);
-      if (received.has_error() || (*received)->element_type() != ffi::DataType::S32) {
-        error = "alltoall's received splits must be an int32 result";
-        break;
-      }
-      call->extra.push_back(std::make_shared<XlaTensor>((*received)->untyped_data(), DataType::INT32,
-                                                        ShapeOf((*received)->dimensions())));
-      e.extra_output_index = static_cast<int>(n + i);
-    }
-  }
-  if (!error.empty()) {
-    call->promise.SetError(Refuse("tfring: " + std::string(fn) + ": " + error));
-    return future;
-  }
-  if (n == 0) {
+  std::vector<TensorEntry> entries;
+  const std::string error = BuildEntries(a, args, rets, call, &entries);
+  if (!error.empty())
+    call->promise.SetError(ffi::Error(ffi::ErrorCode::kInvalidArgument, "tfring: " + std::string(a.fn) + ": " + error));
+  else if (entries.empty())
     call->promise.SetAvailable();
-    return future;
-  }
-  call->remaining = static_cast<int>(n);
-  for (auto& e : entries) {
-    e.context = call;
-    e.callback = [call](const Status& s) { call->Done(s); };
-  }
-  Runtime::Get().Enqueue(std::move(entries), static_cast<int>(set));
+  else
+    EnqueueCall(call, std::move(entries), set);
   return future;
 }
 
 ffi::Future Allreduce(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view name, int64_t reduce_op,
                       double prescale, double postscale, int64_t set) {
-  return Submit("allreduce", OpType::ALLREDUCE, args, rets, name, reduce_op, prescale, postscale, 0, set, {});
+  return Submit({"allreduce", OpType::ALLREDUCE, name, reduce_op, prescale, postscale}, args, rets, set);
 }
 ffi::Future Allgather(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view name, int64_t set) {
-  return Submit("allgather", OpType::ALLGATHER, args, rets, name, 1, 1.0, 1.0, 0, set, {});
+  return Submit({"allgather", OpType::ALLGATHER, name}, args, rets, set);
 }
 ffi::Future Broadcast(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view name, int64_t root,
                       int64_t set) {
-  return Submit("broadcast", OpType::BROADCAST, args, rets, name, 1, 1.0, 1.0, root, set, {});
+  return Submit({"broadcast", OpType::BROADCAST, name, 1, 1.0, 1.0, root}, args, rets, set);
 }
 ffi::Future Alltoall(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view name,
                      ffi::Span<const int64_t> splits, int64_t set) {
-  return Submit("alltoall", OpType::ALLTOALL, args, rets, name, 1, 1.0, 1.0, 0, set,
-                std::vector<int64_t>(splits.begin(), splits.end()));
+  return Submit({"alltoall", OpType::ALLTOALL, name, 1, 1.0, 1.0, 0, {splits.begin(), splits.end()}}, args, rets, set);
 }
 ffi::Future Reducescatter(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view name, int64_t reduce_op,
                           double prescale, double postscale, int64_t set) {
-  return Submit("reducescatter", OpType::REDUCESCATTER, args, rets, name, reduce_op, prescale, postscale, 0, set, {});
+  return Submit({"reducescatter", OpType::REDUCESCATTER, name, reduce_op, prescale, postscale}, args, rets, set);
 }
 
 }  // namespace
-}  // namespace jax_binding
+}  // namespace xla_ffi
 }  // namespace tfring
 
-using namespace tfring::jax_binding;  // NOLINT: the exported symbols below are C names
+using namespace tfring::xla_ffi;  // NOLINT: the exported symbols below are C names
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(tfring_jax_allreduce, Allreduce,
                               ffi::Ffi::Bind()

@@ -30,3 +30,14 @@ Status CreateNcclBackend(Transport& transport, int rank, int size, double timeou
                          std::unique_ptr<GpuBackend>* out);
 
 }  // namespace tfring
+
+namespace tfring {
+
+// The core's CUDA runtime for adapters that link none of their own (the XLA "CUDA" handlers): the runtime is
+// linked statically into the core and its symbols are not exported. Defined in NCCL builds only.
+Status GpuMalloc(int device, int64_t bytes, void** out);
+void GpuFree(void* p);
+// Queued on `stream`; a pageable `src` is staged before this returns, so it may be freed right after.
+Status GpuCopyHostToDevice(void* dst, const void* src, int64_t bytes, void* stream);
+
+}  // namespace tfring
