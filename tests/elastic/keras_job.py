@@ -2,7 +2,7 @@
 callbacks; ELASTIC_KILL="rank:step" makes that (original) rank SIGKILL itself after finishing that step;
 ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file at step 3; ELASTIC_COMMIT_EVERY=N (default 1) is
 CommitStateCallback's batches_per_commit. With TF_USE_LEGACY_KERAS=1 the model, optimizer and callbacks are
-tf_keras's (Keras 2), else Keras 3's.
+tf_keras's (Keras 2), else Keras 3's on KERAS_BACKEND (tensorflow, jax or torch).
 Every rank appends one JSON line per finished step to $ELASTIC_OUT/steps.<pid>.jsonl and one per commit (the
 step count it saved) to $ELASTIC_OUT/commits.<pid>.jsonl, and writes its final weights to
 $ELASTIC_OUT/final.<pid>.npz."""
@@ -42,6 +42,18 @@ y_all = (x_all @ rng.randn(8, 1)).astype("float32")
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
 optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01))
 model.compile(optimizer=optimizer, loss="mse")
+FLAVOUR = keras.__name__ if keras.__name__ == "tf_keras" else keras.backend.backend()
+
+
+def current_step():
+    """The optimizer's step count; on JAX the trainer's state is written back into the variables first."""
+    sync = getattr(model, "jax_state_sync", None)
+    if sync is not None:
+        sync()
+    return int(keras.ops.convert_to_numpy(optimizer.iterations)) if FLAVOUR != "tf_keras" else \
+        int(optimizer.iterations.numpy())
+
+
 steps_log = open(os.path.join(OUT, "steps.%d.jsonl" % os.getpid()), "a")
 commits_log = open(os.path.join(OUT, "commits.%d.jsonl" % os.getpid()), "a")
 
@@ -54,7 +66,7 @@ class Record(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         time.sleep(SLEEP)
-        step = int(optimizer.iterations.numpy())
+        step = current_step()
         steps_log.write(json.dumps({"t": time.time(), "step": step, "rank": hvd.rank(), "size": hvd.size(),
                                     "first_rank": FIRST_RANK, "spawned": SPAWNED}) + "\n")
         steps_log.flush()
@@ -69,7 +81,7 @@ class Kill(keras.callbacks.Callback):
     last commit."""
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(optimizer.iterations.numpy())
+        step = current_step()
         if KILL:
             rank, at = map(int, KILL.split(":"))
             if FIRST_RANK == rank and step == at and not SPAWNED:
@@ -83,7 +95,7 @@ class LoggedKerasState(hvd.elastic.KerasState):
 
     def save(self):
         super().save()
-        commits_log.write(json.dumps({"t": time.time(), "step": int(optimizer.iterations.numpy()),
+        commits_log.write(json.dumps({"t": time.time(), "step": current_step(),
                                       "rank": hvd.rank(), "size": hvd.size(), "first_rank": FIRST_RANK}) + "\n")
         commits_log.flush()
 
@@ -103,9 +115,9 @@ def train(state):
 
 
 train(state)
-np.savez(os.path.join(OUT, "final.%d.npz" % os.getpid()), *[v.numpy() for v in model.variables],
-         rank=hvd.rank(), size=hvd.size(), epoch=state.epoch, step=int(optimizer.iterations.numpy()),
-         resets=np.array(resets), joined=SPAWNED, keras=keras.__name__, optimizer=type(optimizer).__name__)
-print("rank %d of %d done: epoch %d step %d resets %s" % (hvd.rank(), hvd.size(), state.epoch,
-                                                          int(optimizer.iterations.numpy()), resets))
+np.savez(os.path.join(OUT, "final.%d.npz" % os.getpid()), *[np.asarray(v.numpy()) for v in model.variables],
+         rank=hvd.rank(), size=hvd.size(), epoch=state.epoch, step=current_step(),
+         resets=np.array(resets), joined=SPAWNED, keras=FLAVOUR, optimizer=type(optimizer).__name__)
+print("rank %d of %d done: epoch %d step %d resets %s" % (hvd.rank(), hvd.size(), state.epoch, current_step(),
+                                                          resets))
 sys.stdout.flush()

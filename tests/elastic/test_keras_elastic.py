@@ -3,6 +3,7 @@
 discovery script (Keras 3 and tf_keras), and mpirun itself dying mid-job (restart from the last commit). The job
 is tests/elastic/keras_job.py (Keras model, KerasState, the elastic callbacks, a commit every batch)."""
 import glob
+import importlib.util
 import json
 import os
 import subprocess
@@ -74,10 +75,18 @@ def assert_same_weights(finals):
             np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("victim,flavour", [(1, "keras"), (0, "keras"), (1, "tf_keras")])
+def flavour_env(flavour):
+    """tf_keras, or Keras 3 on a backend ("keras" is Keras 3 on TensorFlow)."""
+    if flavour in ("jax", "torch") and importlib.util.find_spec(flavour) is None:
+        pytest.skip("%s is not installed" % flavour)
+    return {"TF_USE_LEGACY_KERAS": "1" if flavour == "tf_keras" else "0",
+            "KERAS_BACKEND": flavour if flavour in ("jax", "torch") else "tensorflow"}
+
+
+@pytest.mark.parametrize("victim,flavour", [(1, "keras"), (0, "keras"), (1, "tf_keras"), (1, "jax"), (0, "torch")])
 def test_killed_worker_job_goes_on_with_survivors(tmp_path, victim, flavour):
     kill_at = 10  # the second step of the second epoch (8 steps per epoch)
-    env = {"ELASTIC_KILL": "%d:%d" % (victim, kill_at), "TF_USE_LEGACY_KERAS": "1" if flavour == "tf_keras" else "0"}
+    env = dict(flavour_env(flavour), ELASTIC_KILL="%d:%d" % (victim, kill_at))
     rc, out = finish(launch(tmp_path, ["-np", "3", "--min-np", "2"], env))
     assert rc == 0, out[-5000:]
     finals, steps = results(tmp_path)
@@ -85,7 +94,8 @@ def test_killed_worker_job_goes_on_with_survivors(tmp_path, victim, flavour):
     assert killed["step"] == kill_at
     assert len(finals) == 2, out[-5000:]  # the victim never finished
     assert sorted(int(f["rank"]) for f in finals) == [0, 1] and all(int(f["size"]) == 2 for f in finals)
-    assert all(str(f["keras"]) == flavour for f in finals), [str(f["keras"]) for f in finals]
+    want = {"keras": "tensorflow"}.get(flavour, flavour)
+    assert all(str(f["keras"]) == want for f in finals), [str(f["keras"]) for f in finals]
     if flavour == "tf_keras":  # hvd.DistributedOptimizer gave the tf_keras wrapper
         assert all(str(f["optimizer"]) == "LegacyDistributedOptimizer" for f in finals)
     assert_same_weights(finals)
@@ -120,19 +130,19 @@ def test_below_min_np_ends_the_job_with_a_message(tmp_path):
 
 # tf_keras too: its optimizer has no `built`, and a newcomer must build its slots before the first sync as the
 # others did (else the state broadcast stalls on the slot variables the newcomer lacks).
-@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras", "jax", "torch"])
 def test_slot_added_by_discovery_joins_and_gets_the_state(tmp_path, flavour):
     hosts, script = discovery_script(tmp_path, "localhost:2\n")
     proc = launch(tmp_path, ["-np", "2", "--max-np", "3", "--host-discovery-script", str(script)],
-                  {"ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_GROW": "%s=localhost:3" % hosts,
-                   "TF_USE_LEGACY_KERAS": "1" if flavour == "tf_keras" else "0"})
+                  dict(flavour_env(flavour), ELASTIC_STEP_SLEEP="0.25", ELASTIC_GROW="%s=localhost:3" % hosts))
     rc, out = finish(proc)
     assert rc == 0, out[-5000:]
     finals, steps = results(tmp_path)
     assert len(finals) == 3, out[-5000:]
     assert sorted(int(f["rank"]) for f in finals) == [0, 1, 2] and all(int(f["size"]) == 3 for f in finals)
     assert [bool(f["joined"]) for f in sorted(finals, key=lambda f: int(f["rank"]))] == [False, False, True]
-    assert all(str(f["keras"]) == flavour for f in finals), [str(f["keras"]) for f in finals]
+    want = {"keras": "tensorflow"}.get(flavour, flavour)
+    assert all(str(f["keras"]) == want for f in finals), [str(f["keras"]) for f in finals]
     assert_same_weights(finals)
     newcomer = [rows for rows in steps.values() if rows[0]["spawned"]]
     assert len(newcomer) == 1

@@ -6,7 +6,7 @@ imported. Everywhere: the Keras `DistributedOptimizer` / `PartialDistributedOpti
 return the backend's tensors), and the binding's init/rank/size/process sets/reduce ops/`Compression`/object
 collectives. On TensorFlow, everything of `tfring.tensorflow` too (DistributedGradientTape, ...), and with
 TF_USE_LEGACY_KERAS=1 (tf_keras, Keras 2) the optimizer, callbacks and SyncBatchNormalization are tf_keras ones.
-`elastic` (KerasState and its callbacks) is TensorFlow-only so far.
+`elastic` (KerasState, run and the elastic callbacks) on every backend.
 """
 import importlib
 
@@ -24,8 +24,8 @@ from tfring.keras._functions import (allgather, allreduce, broadcast, broadcast_
 
 
 def __getattr__(name):
-    # `hvd.callbacks` / `hvd.elastic` load on first use: the callbacks import this package's backend glue (an
-    # eager import here would be circular), and elastic is TensorFlow-only so far.
+    # `hvd.callbacks` / `hvd.elastic` load on first use: the callbacks import this package's backend glue, so an
+    # eager import here would be circular.
     if name in ("callbacks", "elastic"):
         return importlib.import_module("tfring.keras." + name)
     raise AttributeError("module 'tfring.keras' has no attribute %r" % (name,))
