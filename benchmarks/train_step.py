@@ -7,6 +7,7 @@ ceiling: what two processes computing side by side reach on this machine). Scali
 np=2 / (2 x at np=1).
 
     tfringrun -np 2 python benchmarks/train_step.py --impl tfring --mode tape --out r.json
+--jit-compile compiles the step with XLA (tf.function(jit_compile=True), or Keras compile(jit_compile=True)).
 --one-core pins the process to CPU 0 before TensorFlow starts (the fair np=1 baseline on a 2-core machine: each
 np=2 rank has one core).
 """
@@ -23,6 +24,8 @@ parser.add_argument("--mode", choices=("tape", "fit"), default="tape")
 parser.add_argument("--batch-size", type=int, default=64, help="per rank")
 parser.add_argument("--steps", type=int, default=30)
 parser.add_argument("--one-core", action="store_true")
+parser.add_argument("--jit-compile", action="store_true",
+                    help="compile the step with XLA (tf.function(jit_compile=True) / compile(jit_compile=True))")
 parser.add_argument("--out")
 ARGS = parser.parse_args()
 if ARGS.one_core:
@@ -106,7 +109,8 @@ def run_tape():
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    step = tf.function(replica_step if ARGS.impl != "mwms" else lambda x, y: strategy.run(replica_step, (x, y)))
+    step = tf.function(replica_step if ARGS.impl != "mwms" else lambda x, y: strategy.run(replica_step, (x, y)),
+                       jit_compile=ARGS.jit_compile)
 
     def run_steps(n):
         for _ in range(n):
@@ -120,7 +124,7 @@ def run_fit():
     hvd.init()
     model = build_model()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.001)),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=ARGS.jit_compile)
     ds = dataset(ARGS.batch_size)
 
     class StepTimer(keras.callbacks.Callback):
@@ -144,6 +148,7 @@ def run_fit():
 def main():
     model, seconds = run_tape() if ARGS.mode == "tape" else run_fit()
     result = {"impl": ARGS.impl, "mode": ARGS.mode, "np": COMM.size, "one_core": ARGS.one_core,
+              "jit_compile": ARGS.jit_compile,
               "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
               "batch_per_rank": ARGS.batch_size, "steps": ARGS.steps, "step_ms": 1000 * seconds / ARGS.steps,
               "samples_per_sec": ARGS.batch_size * COMM.size * ARGS.steps / seconds, "tf": tf.__version__}
