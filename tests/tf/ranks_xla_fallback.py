@@ -77,6 +77,20 @@ def test_auto_resolved_to_xla_on_an_unserved_gpu_falls_back_with_one_warning(mon
     assert_same_on_every_rank_and_equal_to_one_process(model2, probe=True)
 
 
+def test_the_broadcast_callback_falls_back_by_itself_on_an_unserved_gpu(monkeypatch):
+    # The Horovod recipe as written (no JitCompileFallback): BroadcastGlobalVariablesCallback applies the fallback.
+    monkeypatch.setattr(jit_fallback, "present_device_types", lambda: {"CPU", "GPU"})
+    monkeypatch.setattr(jit_fallback, "served_device_types", lambda: {"CPU"})
+    model = make(probe=True)
+    fit(model, True, keras.callbacks.Callback())
+    assert model.jit_compile is False
+    assert_same_on_every_rank_and_equal_to_one_process(model, probe=True)
+    monkeypatch.setattr(jit_fallback, "served_device_types", lambda: {"CPU", "GPU"})  # a served GPU keeps XLA
+    model = make(probe=False)
+    fit(model, True, keras.callbacks.Callback())
+    assert model.jit_compile is True
+
+
 def test_explicit_true_stays_as_asked():
     model = make(probe=True)
     with pytest.raises(Exception, match="py_function|EagerPyFunc|PyFunc|compil"):

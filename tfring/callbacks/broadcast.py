@@ -76,7 +76,10 @@ class BroadcastGlobalVariablesCallback(Callback):
             backend.broadcast_variables(variables, self.root_rank, self.process_set)
 
     def on_train_begin(self, logs=None):
-        # Keras 3 builds the optimizer before on_train_begin, so one broadcast covers everything.
+        # Before the first step: on TensorFlow, a step XLA-compiled for a GPU the lowering does not serve falls back
+        # to jit_compile=False (jit_compile="auto" must not fail because of tfring). Keras 3 builds the optimizer
+        # before on_train_begin, so one broadcast covers everything.
+        glue().before_fit(self.model)
         self._broadcast()
 
     def on_train_batch_end(self, batch, logs=None):

@@ -15,6 +15,7 @@ from tfring.keras._backend import glue as _glue, name as _backend_name
 if _backend_name() == "tensorflow":
     from tfring.tensorflow import *  # noqa: F401,F403  init, rank, size, Compression, Average, ...
     from tfring.tensorflow._keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
+    globals().pop("elastic", None)  # the star import's tfring.tensorflow.elastic: hvd.elastic is tfring.keras.elastic
 else:
     from tfring.keras._shared_api import *  # noqa: F401,F403  the same names from the tfring.jax/.torch binding
     from tfring.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401

@@ -32,6 +32,10 @@ def broadcast_variables(variables, root_rank, process_set):
         v.assign(value)
 
 
+def before_fit(model):
+    """Nothing to prepare (tfring's collectives compile into the step on this backend, or it is eager)."""
+
+
 def sync_model_state(model):
     """During fit the JAX trainer holds the state outside the variables: write it back, so that what a callback
     reads or assigns is the current state (the next step reads the variables again)."""

@@ -23,6 +23,14 @@ def broadcast_variables(variables, root_rank, process_set):
     binding.broadcast_variables(list(variables), root_rank, process_set=process_set)
 
 
+def before_fit(model):
+    """Keras 3 compiled for an accelerator the XLA lowering does not serve: trains without XLA (one warning)."""
+    if not isinstance(model, keras.Model):  # tf_keras: no XLA default
+        return
+    from tfring.tensorflow._keras.jit_fallback import fall_back_if_unserved
+    fall_back_if_unserved(model)
+
+
 def sync_model_state(model):
     """TensorFlow keeps the state in the variables: nothing to do."""
 

@@ -27,6 +27,10 @@ def broadcast_variables(variables, root_rank, process_set):
     binding.broadcast_parameters([v.value for v in variables], root_rank=root_rank, process_set=process_set)
 
 
+def before_fit(model):
+    """Nothing to prepare (tfring's collectives compile into the step on this backend, or it is eager)."""
+
+
 def sync_model_state(model):
     """The torch trainer keeps the state in the variables: nothing to do."""
 

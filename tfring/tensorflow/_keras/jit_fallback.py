@@ -63,6 +63,12 @@ def served_device_types():
     return served
 
 
+def present_device_types():
+    """The device types of this process ("CPU", "GPU", ...)."""
+    import tensorflow as tf
+    return {d.device_type for d in tf.config.list_physical_devices()}
+
+
 def fall_back(model, requested="auto", device_types=None, served=None):
     """Turns a compiled Keras model's jit_compile off (public setter, train function made again) when decide()
     says so, warning once per process. Returns the model's jit_compile afterwards.
@@ -73,8 +79,7 @@ def fall_back(model, requested="auto", device_types=None, served=None):
     if not model.jit_compile:
         return False
     if device_types is None:
-        import tensorflow as tf
-        device_types = {d.device_type for d in tf.config.list_physical_devices()}
+        device_types = present_device_types()
     value, why = decide(requested, device_types, served_device_types() if served is None else served)
     if value:
         return True
@@ -95,3 +100,25 @@ class JitCompileFallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         fall_back(self.model, *self._args)
+
+
+def fall_back_if_unserved(model):
+    """What `BroadcastGlobalVariablesCallback` runs at the start of fit, so a Horovod recipe needs nothing more:
+    falls back (as fall_back) only where an accelerator is present that the lowering does not serve; a compiled
+    step on a CPU-only machine, or on a served GPU, stays as the user compiled it.
+
+    Args:
+        model: a compiled Keras 3 model.
+
+    Returns:
+        bool: the model's jit_compile afterwards.
+    """
+    if not getattr(model, "jit_compile", False):
+        return False
+    devices = present_device_types()
+    if devices <= {"CPU"}:
+        return True
+    served = served_device_types()
+    if decide("auto", devices, served)[1] is None:
+        return True
+    return fall_back(model, "auto", devices, served)
