@@ -25,6 +25,7 @@ from tfring.jax import _ffi
 from tfring.jax._collectives import allgather, allreduce, grouped_allgather, grouped_allreduce  # noqa: F401
 from tfring.jax._scatter import (alltoall, broadcast, grouped_broadcast, grouped_reducescatter,  # noqa: F401
                                  reducescatter)
+from tfring.jax.compression import Compression  # noqa: F401
 from tfring.jax.functions import allgather_object, broadcast_object, broadcast_parameters  # noqa: F401
 from tfring.jax.optimizer import DistributedOptimizer, allreduce_gradients  # noqa: F401
 

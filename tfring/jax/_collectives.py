@@ -17,6 +17,7 @@ from tfring.common.errors import HorovodInternalError
 from tfring.common.process_sets import global_process_set, process_set_of, process_set_rank, process_set_size
 from tfring.common.reduce_ops import Adasum, Average, Sum, resolve_op
 from tfring.jax import _ffi
+from tfring.jax.compression import Compression, checked
 
 
 def tracing(*arrays):
@@ -89,15 +90,17 @@ def _allreduce_bwd(name, op, prescale, postscale, pid, _, grads):
 _allreduce.defvjp(_allreduce_fwd, _allreduce_bwd)
 
 
-def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                      process_set=global_process_set):
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
     """Reduces every array of a list over the ranks of the set, in one fused collective.
 
     Args:
         tensors: a list of arrays (every rank the same shapes and dtypes, in the same order).
         average: deprecated; use op.
         name: the collective's name (default: numbered in call order; inside jax.jit, in trace order).
-        op: Average (default), Sum, Min, Max or Product (Adasum: `allreduce` over a power-of-two set).
+        compression: `Compression.none` (default), `.fp16` or `.bf16`: floating arrays travel as that 16-bit type
+            (each array's result is back in its own dtype).
+        op: Average (default), Sum, Min, Max or Product.
         prescale_factor, postscale_factor: multiply the inputs before, the result after the reduction.
         process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
 
@@ -105,8 +108,10 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
         list: the reduced arrays.
 
     Raises:
-        ValueError: a bad op, unregistered process set, or arguments the ranks disagree on (eagerly).
+        ValueError: a bad op or compression, unregistered process set, or arguments the ranks disagree on
+            (eagerly).
     """
+    checked("grouped_allreduce", compression)
     op = resolve_op("grouped_allreduce", op, average)
     pid = _ffi.set_id("grouped_allreduce", process_set)
     if op == Adasum:
@@ -114,18 +119,24 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
     xs = [_check_array("grouped_allreduce", t, "tensors[%d]" % i) for i, t in enumerate(tensors)]
     if not xs:
         return []
+    # Compressed first, so that the name's signature and the negotiated dtype are the wire's on every rank.
+    xs, ctxs = zip(*[compression.compress(x) for x in xs])
+    xs = list(xs)
     name = _names("allreduce", name, pid, xs)
-    return _finish(lambda: _allreduce(xs, name, int(op), float(prescale_factor), float(postscale_factor), pid), xs)
+    out = _finish(lambda: _allreduce(xs, name, int(op), float(prescale_factor), float(postscale_factor), pid), xs)
+    return [compression.decompress(o, c) for o, c in zip(out, ctxs)]
 
 
-def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              process_set=global_process_set):
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
     """Reduces an array over the ranks of the set (default: the average), eagerly or inside jax.jit.
 
     Args:
         tensor: a JAX array (the same shape and dtype on every rank).
         average: deprecated; use op.
         name: the collective's name (default: numbered in call order; inside jax.jit, in trace order).
+        compression: `Compression.none` (default), `.fp16` or `.bf16`: a floating array travels as that 16-bit
+            type; the result is back in the input's dtype.
         op: Average (default), Sum, Min, Max or Product.
         prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
         process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
@@ -134,10 +145,12 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
         The reduced array (same shape and dtype).
 
     Raises:
-        ValueError: a bad op or process set, or (eagerly) an argument every rank sees is wrong.
+        ValueError: a bad op, compression or process set, or (eagerly) an argument every rank sees is wrong.
         RuntimeError: (eagerly) the ranks disagree on shape or dtype, or the job was shut down.
     """
-    return grouped_allreduce([tensor], average, name, op, prescale_factor, postscale_factor, process_set)[0]
+    checked("allreduce", compression)
+    return grouped_allreduce([tensor], average, name, compression, op, prescale_factor, postscale_factor,
+                             process_set)[0]
 
 
 # ---- allgather ----------------------------------------------------------------------------------------------------

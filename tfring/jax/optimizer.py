@@ -10,9 +10,11 @@ import optax
 from tfring.common.process_sets import global_process_set
 from tfring.common.reduce_ops import Adasum, Average, Sum, resolve_op
 from tfring.jax._collectives import grouped_allreduce
+from tfring.jax.compression import Compression, checked
 
 
-def allreduce_gradients(op=Average, gradient_predivide_factor=1.0, process_set=global_process_set, name=None):
+def allreduce_gradients(op=Average, gradient_predivide_factor=1.0, process_set=global_process_set, name=None,
+                        compression=Compression.none):
     """An optax transformation that reduces the updates (gradients) over the ranks.
 
     Args:
@@ -21,13 +23,16 @@ def allreduce_gradients(op=Average, gradient_predivide_factor=1.0, process_set=g
             size/this after it (Horovod's option).
         process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
         name: the collective's name (default: numbered in trace order).
+        compression: `Compression.none` (default), `.fp16` or `.bf16`: floating gradients travel as that 16-bit
+            type, and come back in their own dtype.
 
     Returns:
         optax.GradientTransformation
 
     Raises:
-        ValueError: an op other than Average/Sum, or a bad gradient_predivide_factor.
+        ValueError: an op other than Average/Sum, a bad gradient_predivide_factor or compression.
     """
+    checked("DistributedOptimizer", compression)
     op = resolve_op("DistributedOptimizer", op, None)
     if op not in (Average, Sum):
         raise ValueError("tfring.jax.DistributedOptimizer: op must be Average or Sum, got %r%s"
@@ -45,14 +50,14 @@ def allreduce_gradients(op=Average, gradient_predivide_factor=1.0, process_set=g
         pre = 1.0 / gradient_predivide_factor
         post = gradient_predivide_factor if op == Average else 1.0
         reduced = grouped_allreduce(leaves, op=op, prescale_factor=pre, postscale_factor=post, name=name,
-                                    process_set=process_set)
+                                    process_set=process_set, compression=compression)
         return jax.tree_util.tree_unflatten(tree, reduced), state
 
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def DistributedOptimizer(optimizer, op=Average, gradient_predivide_factor=1.0, backward_passes_per_step=1,
-                         process_set=global_process_set, name=None):
+                         process_set=global_process_set, name=None, compression=Compression.none):
     """Wraps an optax transformation so that it sees the gradients averaged over the ranks.
 
     Args:
@@ -63,12 +68,14 @@ def DistributedOptimizer(optimizer, op=Average, gradient_predivide_factor=1.0, b
             before one reduction and update.
         process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
         name: the collective's name.
+        compression: `Compression.none` (default), `.fp16` or `.bf16` for the gradients' transfer (see
+            `allreduce_gradients`).
 
     Returns:
         optax.GradientTransformation (an optax.MultiSteps when backward_passes_per_step > 1).
 
     Raises:
-        ValueError: a bad op, predivide factor or backward_passes_per_step.
+        ValueError: a bad op, predivide factor, backward_passes_per_step or compression.
     """
     if not isinstance(optimizer, optax.GradientTransformation):
         raise ValueError("tfring.jax.DistributedOptimizer: expected an optax.GradientTransformation, got %s"
@@ -76,5 +83,5 @@ def DistributedOptimizer(optimizer, op=Average, gradient_predivide_factor=1.0, b
     if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
             or backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be an int > 0, got %r" % (backward_passes_per_step,))
-    tx = optax.chain(allreduce_gradients(op, gradient_predivide_factor, process_set, name), optimizer)
+    tx = optax.chain(allreduce_gradients(op, gradient_predivide_factor, process_set, name, compression), optimizer)
     return optax.MultiSteps(tx, backward_passes_per_step) if backward_passes_per_step > 1 else tx
