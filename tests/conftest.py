@@ -37,11 +37,12 @@ def rank_env():
     return env
 
 
-def run_ranks(np_, args, timeout=600, env=None):
-    """Runs `python args...` on np_ ranks; returns the CompletedProcess (stdout+stderr merged). A launch still
-    running at `timeout` is killed with every rank (its own process group) and fails the test with the output
-    the ranks wrote so far."""
-    cmd = mpirun_command(np_) + [sys.executable] + list(args)
+def run_ranks(np_, args, timeout=600, env=None, mpirun_args=()):
+    """Runs `python args...` on np_ ranks (`mpirun_args` go to mpirun, e.g. ["--with-ft", "ulfm"]); returns the
+    CompletedProcess (stdout+stderr merged). A launch still running at `timeout` is killed with every rank (its own
+    process group) and fails the test with the output the ranks wrote so far."""
+    mpirun = mpirun_command(np_)
+    cmd = mpirun[:1] + list(mpirun_args) + mpirun[1:] + [sys.executable] + list(args)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env or rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     try:

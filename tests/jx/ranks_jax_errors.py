@@ -48,3 +48,12 @@ def test_traced_shape_that_does_not_match_fails_instead_of_a_wrong_answer():
     with pytest.raises(Exception, match="compiled program allocated"):
         jax.block_until_ready(jax.jit(lambda t: hvd.allgather(t, name="wrong_sizes"))(x))
     still_works()
+
+
+def test_mismatch_inside_jit_fails_on_every_rank():
+    import jax
+    for name, x in [("jit_shape_mismatch", jnp.ones(R + 2)),
+                    ("jit_dtype_mismatch", jnp.ones(2, jnp.float32 if R == 0 else jnp.int32))]:
+        with pytest.raises(jax.errors.JaxRuntimeError, match="disagree on"):
+            jax.block_until_ready(jax.jit(lambda t: hvd.allreduce(t, op=hvd.Sum, name=name))(x))
+    still_works()

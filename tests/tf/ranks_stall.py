@@ -49,3 +49,23 @@ def test_stall_shutdown_time_fails_instead_of_hanging(cached):
         time.sleep(6)
     hvd.barrier()
     assert hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, name="after_stall").numpy()[0] == N
+
+
+def test_stall_inside_compiled_code_fails_every_waiting_rank_instead_of_hanging():
+    # The last rank skips a step compiled with XLA (the FFI handlers of tfring/cc/xla): the others wait inside it
+    # until the deadline, then all get the stall error. A first step on every rank compiles it, so the clock
+    # measures the wait alone.
+    step = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="xla_stalled"), jit_compile=True)
+    assert step(tf.ones([2])).numpy().tolist() == [N, N]
+    if R != N - 1:
+        start = time.time()
+        with pytest.raises(tf.errors.DeadlineExceededError) as e:
+            step(tf.ones([2]))
+        msg = str(e.value)
+        assert "stalled collective" in msg and "'xla_stalled'" in msg and "missing ranks [%d]" % (N - 1) in msg, msg
+        assert "failed after TFRING_STALL_SHUTDOWN_TIME_SECONDS=4. " in msg, msg
+        assert time.time() - start >= 3
+    else:
+        time.sleep(6)
+    hvd.barrier()
+    assert step(tf.ones([2])).numpy().tolist() == [N, N]  # the compiled step works again
