@@ -339,3 +339,23 @@ TEST(AutotuneParametersReachEveryRankInTheSameCycle) {
       EXPECT_EQ(l.responses.size(), 1u);  // the collective itself still runs every cycle
     }
 }
+
+// The background loop starts a cycle at once for work that is all new (no cycle floor after a cycle that left
+// nothing waiting) and spaces cycles while submitted work waits for other ranks.
+TEST(OnlyNewEntriesTellsFreshWorkFromWorkWaitingForPeers) {
+  TensorQueue q;
+  EXPECT(!q.OnlyNewEntries());  // nothing outstanding
+  q.Add({Entry("a", {2})});
+  EXPECT(q.OnlyNewEntries());
+  q.PopNewRequests();  // negotiated once, still outstanding: waiting for the other ranks
+  EXPECT(!q.OnlyNewEntries());
+  q.Add({Entry("b", {2})});
+  EXPECT(!q.OnlyNewEntries());  // "a" still waits
+  TensorEntry taken;
+  EXPECT(q.Take("a", &taken));
+  q.PopNewRequests();
+  EXPECT(q.Take("b", &taken));
+  EXPECT(!q.HasEntries() && !q.OnlyNewEntries());
+  q.Add({Entry("c", {2}), Entry("d", {3})});  // a grouped submit: one request per entry
+  EXPECT(q.OnlyNewEntries());
+}

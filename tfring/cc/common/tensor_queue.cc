@@ -68,6 +68,11 @@ bool TensorQueue::HasEntries() {
   return !entries_.empty();
 }
 
+bool TensorQueue::OnlyNewEntries() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !entries_.empty() && entries_.size() == new_requests_.size();  // one request per entry until popped
+}
+
 std::vector<TensorEntry> TensorQueue::DrainAll() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<TensorEntry> out;

@@ -38,6 +38,8 @@ class TensorQueue {
   bool Take(const std::string& name, TensorEntry* out);
   const Request* Find(const std::string& name);  // only from the background thread
   bool HasEntries();                             // outstanding entries (submitted, not yet taken)
+  // Outstanding entries, every one submitted since the last PopNewRequests: none is waiting for other ranks.
+  bool OnlyNewEntries();
   // Remove every entry (shutdown); the caller fails them.
   std::vector<TensorEntry> DrainAll();
   // DrainAll, and refuse later Adds with `why` (a removed process set).
