@@ -340,22 +340,24 @@ TEST(AutotuneParametersReachEveryRankInTheSameCycle) {
     }
 }
 
-// The background loop starts a cycle at once for work that is all new (no cycle floor after a cycle that left
-// nothing waiting) and spaces cycles while submitted work waits for other ranks.
-TEST(OnlyNewEntriesTellsFreshWorkFromWorkWaitingForPeers) {
+// The background loop starts a cycle at once for a single new submission (no cycle floor after a cycle that left
+// nothing waiting) and spaces cycles while submitted work waits for other ranks or a burst is arriving.
+TEST(OneNewSubmissionTellsALoneCollectiveFromWaitingWorkAndBursts) {
   TensorQueue q;
-  EXPECT(!q.OnlyNewEntries());  // nothing outstanding
+  EXPECT(!q.OneNewSubmission());  // nothing outstanding
   q.Add({Entry("a", {2})});
-  EXPECT(q.OnlyNewEntries());
+  EXPECT(q.OneNewSubmission());
   q.PopNewRequests();  // negotiated once, still outstanding: waiting for the other ranks
-  EXPECT(!q.OnlyNewEntries());
+  EXPECT(!q.OneNewSubmission());
   q.Add({Entry("b", {2})});
-  EXPECT(!q.OnlyNewEntries());  // "a" still waits
+  EXPECT(!q.OneNewSubmission());  // "a" still waits
   TensorEntry taken;
   EXPECT(q.Take("a", &taken));
   q.PopNewRequests();
   EXPECT(q.Take("b", &taken));
-  EXPECT(!q.HasEntries() && !q.OnlyNewEntries());
-  q.Add({Entry("c", {2}), Entry("d", {3})});  // a grouped submit: one request per entry
-  EXPECT(q.OnlyNewEntries());
+  EXPECT(!q.HasEntries() && !q.OneNewSubmission());
+  q.Add({Entry("c", {2}), Entry("d", {3})});  // a grouped op is one submission
+  EXPECT(q.OneNewSubmission());
+  q.Add({Entry("e", {2})});  // a second one: a burst, keep the spacing
+  EXPECT(!q.OneNewSubmission());
 }

@@ -203,15 +203,16 @@ void Runtime::Loop() {
     // shares a few cycles instead of one negotiation per tensor, each a collective whose waiting rank spins in
     // MPI on the cores that produce the remaining gradients (measured: 214 gradients enqueued over 107 ms
     // instead of 13). A collective arriving at an empty queue still starts a cycle at once (low latency), and so
-    // does one arriving after a cycle that left nothing waiting (all queued work is new): back-to-back eager
-    // collectives then pay no cycle floor (measured: a 64 KiB eager allreduce took one 1 ms cycle).
+    // does a single submission arriving after a cycle that left nothing waiting: back-to-back eager collectives
+    // pay no cycle floor (measured: a 64 KiB eager allreduce took one 1 ms cycle), while two or more new
+    // submissions (a burst in progress) keep the spacing.
     const auto cycle = std::chrono::microseconds(static_cast<int64_t>(cycle_time_ms_ * 1000));
     const auto sets = sets_.All();
     bool queued = false, waiting = false;
     for (const auto& set : sets) {
       if (!set->queue || !set->queue->HasEntries()) continue;
       queued = true;
-      waiting = waiting || !set->queue->OnlyNewEntries();
+      waiting = waiting || !set->queue->OneNewSubmission();
     }
     if (waiting) {
       std::this_thread::sleep_until(last_cycle + cycle);

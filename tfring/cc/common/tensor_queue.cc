@@ -30,6 +30,7 @@ Status TensorQueue::Add(std::vector<TensorEntry>& entries) {
                                        "distinct names (argument name='" +
                                        name + "')");
     }
+    ++adds_since_pop_;
     for (auto& e : entries) {
       new_requests_.push_back(e.request);
       std::string name = e.request.name;
@@ -44,6 +45,7 @@ std::vector<Request> TensorQueue::PopNewRequests() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Request> out(new_requests_.begin(), new_requests_.end());
   new_requests_.clear();
+  adds_since_pop_ = 0;
   return out;
 }
 
@@ -68,9 +70,10 @@ bool TensorQueue::HasEntries() {
   return !entries_.empty();
 }
 
-bool TensorQueue::OnlyNewEntries() {
+bool TensorQueue::OneNewSubmission() {
   std::lock_guard<std::mutex> lock(mu_);
-  return !entries_.empty() && entries_.size() == new_requests_.size();  // one request per entry until popped
+  // One request per entry until popped: equal sizes mean no entry was negotiated before.
+  return adds_since_pop_ == 1 && entries_.size() == new_requests_.size();
 }
 
 std::vector<TensorEntry> TensorQueue::DrainAll() {
@@ -79,6 +82,7 @@ std::vector<TensorEntry> TensorQueue::DrainAll() {
   for (auto& kv : entries_) out.push_back(std::move(kv.second));
   entries_.clear();
   new_requests_.clear();
+  adds_since_pop_ = 0;
   return out;
 }
 

@@ -38,8 +38,9 @@ class TensorQueue {
   bool Take(const std::string& name, TensorEntry* out);
   const Request* Find(const std::string& name);  // only from the background thread
   bool HasEntries();                             // outstanding entries (submitted, not yet taken)
-  // Outstanding entries, every one submitted since the last PopNewRequests: none is waiting for other ranks.
-  bool OnlyNewEntries();
+  // Exactly one submission (one op, or one grouped op) outstanding, made since the last PopNewRequests: nothing
+  // waits for other ranks, and no burst is arriving (two or more submissions keep the cycle spacing).
+  bool OneNewSubmission();
   // Remove every entry (shutdown); the caller fails them.
   std::vector<TensorEntry> DrainAll();
   // DrainAll, and refuse later Adds with `why` (a removed process set).
@@ -51,6 +52,7 @@ class TensorQueue {
   std::unordered_map<std::string, TensorEntry> entries_;
   std::deque<Request> new_requests_;
   Status closed_;  // not OK once closed
+  int adds_since_pop_ = 0;
 };
 
 }  // namespace tfring
