@@ -46,6 +46,8 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         x = ops.cast(inputs, "float32") if low else inputs  # statistics in float32, as BatchNormalization
         w = ops.ones_like(x) if mask is None else ops.broadcast_to(ops.expand_dims(ops.cast(mask, x.dtype), -1),
                                                                     ops.shape(x))
+        if mask is not None:  # masked-out values (padding, maybe inf/nan) must not reach the sums, as Keras' own
+            x = ops.where(w > 0, x, ops.zeros_like(x))
         kwargs = {} if self.process_set is None else {"process_set": self.process_set}
         reduce = lambda ts: glue().binding.grouped_allreduce(ts, op=Sum, **kwargs)  # noqa: E731
         count, total = reduce([ops.sum(w, axes), ops.sum(w * x, axes)])
