@@ -51,6 +51,17 @@ class WeightsCheck(keras.callbacks.Callback):
         self.ok.append(weights_equal_everywhere(self.model))
 
 
+class EpochLogs(keras.callbacks.Callback):
+    """Keeps a copy of every epoch's logs as this callback sees them (before or after MetricAverageCallback)."""
+
+    def __init__(self):
+        super().__init__()
+        self.logs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.logs.append(dict(logs))
+
+
 def reference_weights(x, y, batch, steps, epochs=1, embedding=False, optimizer=None):
     ref = make_model(embedding=embedding)
     ref.compile(optimizer=optimizer or keras.optimizers.SGD(0.1), loss="mse")
@@ -129,29 +140,22 @@ def test_broadcast_callback_metric_average_and_warmup():
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(1)])
     lr = 0.01 * N
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(lr, momentum=0.9)), loss="mse")
-    seen_lr, raw, averaged = [], [], []
+    seen_lr = []
+    raw, averaged = EpochLogs(), EpochLogs()
 
     class Record(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
             seen_lr.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
 
-    class Before(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            raw.append(dict(logs))
-
-    class After(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            averaged.append(dict(logs))
-
     x, y = data(4, B, seed=R)  # different data per rank: different local losses
     model.fit(x, y, batch_size=B, epochs=3, shuffle=False, verbose=0, callbacks=[
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0), Before(), hvd.callbacks.MetricAverageCallback(), After(),
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0), raw, hvd.callbacks.MetricAverageCallback(), averaged,
         hvd.callbacks.LearningRateWarmupCallback(initial_lr=lr, warmup_epochs=2, steps_per_epoch=4), Record()])
     assert weights_equal_everywhere(model)
     for epoch in range(3):
-        local = raw[epoch]["loss"]
+        local = raw.logs[epoch]["loss"]
         everyone = np.asarray(hvd.allgather(np.array([local])))
-        assert abs(averaged[epoch]["loss"] - everyone.mean()) < 1e-6 * max(1.0, abs(everyone.mean()))
+        assert abs(averaged.logs[epoch]["loss"] - everyone.mean()) < 1e-6 * max(1.0, abs(everyone.mean()))
     # Documented warmup: lr(e) = lr / N * (e * (N - 1) / warmup + 1), e = epoch + batch / steps.
     want = [lr / N * ((e + b / 4.0) * (N - 1) / 2 + 1) for e in range(2) for b in range(4)] + [lr] * 4
     np.testing.assert_allclose(seen_lr, want, rtol=1e-5)
@@ -193,21 +197,13 @@ def test_metric_average_covers_every_metric_and_validation():
     # the validation ones and other metrics included, is the mean over the ranks.
     model = make_model(seed=0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse", metrics=["mae"])
-    raw, averaged = [], []
-
-    class Before(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            raw.append(dict(logs))
-
-    class After(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            averaged.append(dict(logs))
+    raw, averaged = EpochLogs(), EpochLogs()
 
     x, y = data(2, B, seed=R)
     vx, vy = data(1, B, seed=50 + R)
     model.fit(x, y, batch_size=B, epochs=2, shuffle=False, verbose=0, validation_data=(vx, vy), callbacks=[
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0), Before(), hvd.callbacks.MetricAverageCallback(), After()])
-    for before, after in zip(raw, averaged):
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0), raw, hvd.callbacks.MetricAverageCallback(), averaged])
+    for before, after in zip(raw.logs, averaged.logs):
         assert {"loss", "mae", "val_loss", "val_mae"} <= set(after), after
         for key in ("loss", "mae", "val_loss", "val_mae"):
             everyone = np.asarray(hvd.allgather(np.array([before[key]], dtype=np.float64)))
