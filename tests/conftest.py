@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tfring.runner.processes import kill_session  # noqa: F401 (the tests' helper too)
+from tfring.runner.supervise import TRANSIENT_START_FAILURE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -40,18 +41,23 @@ def rank_env():
 def run_ranks(np_, args, timeout=600, env=None, mpirun_args=()):
     """Runs `python args...` on np_ ranks (`mpirun_args` go to mpirun, e.g. ["--with-ft", "ulfm"]); returns the
     CompletedProcess (stdout+stderr merged). A launch still running at `timeout` is killed with every rank (its own
-    process group) and fails the test with the output the ranks wrote so far."""
+    process group) and fails the test with the output the ranks wrote so far. Like tfringrun, starts mpirun once
+    more when Open MPI failed in its own start-up, before any rank (TRANSIENT_START_FAILURE)."""
     mpirun = mpirun_command(np_)
     cmd = mpirun[:1] + list(mpirun_args) + mpirun[1:] + [sys.executable] + list(args)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env or rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_session(proc.pid)
-        out, _ = proc.communicate(timeout=30)
-        pytest.fail("%s on %d ranks still running after %d s (killed with every rank); output so far:\n%s" % (
-            " ".join(args), np_, timeout, (out or "")[-20000:]))
+    for attempt in range(2):
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env or rank_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_session(proc.pid)
+            out, _ = proc.communicate(timeout=30)
+            pytest.fail("%s on %d ranks still running after %d s (killed with every rank); output so far:\n%s" % (
+                " ".join(args), np_, timeout, (out or "")[-20000:]))
+        if attempt or proc.returncode == 0 or TRANSIENT_START_FAILURE not in out:
+            break
+        sys.stderr.write("conftest: mpirun failed at start-up (%s); starting it again\n" % TRANSIENT_START_FAILURE)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 

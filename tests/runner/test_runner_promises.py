@@ -145,11 +145,11 @@ def test_sigint_stops_every_rank_even_one_ignoring_sigterm(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "tfring.runner", "-np", "2", "python", job], cwd=ROOT,
                             env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        seen, deadline = 0, time.time() + 120
+        seen, deadline, lines = 0, time.time() + 120, []
         while seen < 2 and time.time() < deadline:
-            line = proc.stdout.readline()
-            assert line, "job ended early"
-            seen += "<stdout>:ready" in line
+            lines.append(proc.stdout.readline())
+            assert lines[-1], "job ended early:\n" + "".join(lines)
+            seen += "<stdout>:ready" in lines[-1]
         assert seen == 2
         start = time.time()
         proc.send_signal(signal.SIGINT)

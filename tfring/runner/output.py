@@ -64,6 +64,7 @@ class Relay:
         self.lock = threading.Lock()
         self.untagged = collections.deque(maxlen=KEEP_LINES)  # mpirun's own messages (which rank failed, why)
         self.shutdown_by = None  # a rank whose exit ended tfring on the others
+        self.ranks_spoke = False  # a rank wrote a line or announced its start
         self.started, self.expected, self.all_started = set(), None, threading.Event()
         if output_dir:
             os.makedirs(output_dir, exist_ok=True)
@@ -105,6 +106,7 @@ class Relay:
                     line.pending = data[i:]  # maybe the start marker, cut by the read
                     break
                 line.rank, line.stream = (m.group(1).decode(), m.group(2).decode()) if m else (None, None)
+                self.ranks_spoke = self.ranks_spoke or m is not None
                 line.at_start, line.new_segment = False, True
                 i = m.end() if m else i
                 continue
@@ -129,6 +131,7 @@ class Relay:
 
     def _started(self, rank):
         with self.lock:
+            self.ranks_spoke = True
             self.started.add(rank)
             if self.expected is not None and len(self.started) >= self.expected:
                 self.all_started.set()

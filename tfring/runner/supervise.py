@@ -12,10 +12,72 @@ from tfring.runner.output import Relay, failure_summary, lost_host, stamp
 from tfring.runner.processes import descendants, kill_session
 
 
+# Open MPI 5's launcher occasionally fails this way at start-up (seen about once in a few hundred launches on a
+# loaded 2-core machine, not reproducible on demand); no rank has run, so starting again is safe.
+TRANSIENT_START_FAILURE = "The PMIx server's listener thread failed to start"
+
+
+def _failed_to_start(rc, relay):
+    """Whether mpirun failed with TRANSIENT_START_FAILURE before any rank wrote or announced anything."""
+    text = " ".join(line.strip() for line in relay.untagged)
+    return rc > 0 and not relay.ranks_spoke and TRANSIENT_START_FAILURE in text
+
+
+class _Mpirun:
+    """One mpirun: started, its output relayed, stopped on kill() (SIGTERM to every rank, SIGKILL after 5 s) or
+    when a rank does not announce its start within start_timeout seconds."""
+
+    def __init__(self, cmd, env, relay, start_timeout, num_ranks):
+        self.relay, self.late = relay, []
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env,
+                                     start_new_session=True)
+        if start_timeout:
+            relay.expected = num_ranks
+            threading.Thread(target=self._watch_start, args=(start_timeout, num_ranks), daemon=True).start()
+
+    def kill(self):
+        proc = self.proc
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # mpirun forwards it to every rank
+        except ProcessLookupError:
+            pass
+
+        def escalate():  # mpirun waiting on a stuck ssh ignores SIGTERM
+            time.sleep(5)
+            if proc.poll() is None:
+                # Its ssh children run in their own process groups: take them too, before they are orphaned.
+                for pid in [proc.pid] + descendants(proc.pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        threading.Thread(target=escalate, daemon=True).start()
+
+    def _watch_start(self, start_timeout, num_ranks):
+        if not self.relay.all_started.wait(start_timeout) and self.proc.poll() is None:
+            self.late.extend(sorted(set(range(num_ranks)) - self.relay.started))
+            self.kill()
+
+    def wait(self, stdout, stderr):
+        """Relays the output until mpirun exits; returns its exit code."""
+        threads = [threading.Thread(target=self.relay.pump, args=(self.proc.stdout, stdout), daemon=True),
+                   threading.Thread(target=self.relay.pump, args=(self.proc.stderr, stderr), daemon=True)]
+        for t in threads:
+            t.start()
+        rc = self.proc.wait()
+        if rc < 0:  # mpirun itself died of a signal (not ours: that gives 128 + n): take the ranks it left behind
+            kill_session(self.proc.pid)
+        for t in threads:
+            t.join(timeout=5)
+        self.relay.close()
+        return rc
+
+
 def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timestamp_output=False,
                 timestamp_logs=False, start_timeout=0, num_ranks=0, report=None, finished=None):
     """Runs mpirun; returns its exit code. SIGINT/SIGTERM stop every rank (SIGKILL after 5 s), as does a rank
-    that has not started within start_timeout seconds (the command must then be wrapped by plan()).
+    that has not started within start_timeout seconds (the command must then be wrapped by plan()). Runs it once
+    more, saying so, when Open MPI failed at start-up (TRANSIENT_START_FAILURE) before any rank wrote a line.
 
     Args:
         cmd: the mpirun command.
@@ -35,56 +97,32 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
         int: mpirun's exit code (128 + signal when stopped by one).
     """
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env,
-                            start_new_session=True)
-    relay = Relay(output_dir, timestamp_output, timestamp_logs)
-    stopping, late = [], []
-
-    def kill():
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)  # mpirun forwards it to every rank
-        except ProcessLookupError:
-            pass
-
-        def escalate():  # mpirun waiting on a stuck ssh ignores SIGTERM
-            time.sleep(5)
-            if proc.poll() is None:
-                # Its ssh children run in their own process groups: take them too, before they are orphaned.
-                for pid in [proc.pid] + descendants(proc.pid):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-        threading.Thread(target=escalate, daemon=True).start()
+    current, stopping = [None], []
 
     def stop(signum, _frame):
         stopping.append(signum)
-        kill()
+        if current[0] is not None:
+            current[0].kill()
 
-    def watch_start():
-        if not relay.all_started.wait(start_timeout) and proc.poll() is None:
-            late.extend(sorted(set(range(num_ranks)) - relay.started))
-            kill()
-
-    if start_timeout:
-        relay.expected = num_ranks
-        threading.Thread(target=watch_start, daemon=True).start()
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
         old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    threads = [threading.Thread(target=relay.pump, args=(proc.stdout, stdout), daemon=True),
-               threading.Thread(target=relay.pump, args=(proc.stderr, stderr), daemon=True)]
-    for t in threads:
-        t.start()
-    rc = proc.wait()
-    if rc < 0:  # mpirun itself died of a signal (not ours: that gives 128 + n): take the ranks it left behind
-        kill_session(proc.pid)
-    for t in threads:
-        t.join(timeout=5)
-    relay.close()
-    if main_thread:
-        for s, h in old.items():
-            signal.signal(s, h)
+    try:
+        for attempt in range(2):
+            if attempt and stopping:
+                break
+            relay = Relay(output_dir, timestamp_output, timestamp_logs)
+            current[0] = _Mpirun(cmd, env, relay, start_timeout, num_ranks)
+            rc = current[0].wait(stdout, stderr)
+            if stopping or attempt or not _failed_to_start(rc, relay):
+                break
+            stderr.write("%stfringrun: Open MPI failed before starting any rank (%s); starting the job again\n" % (
+                stamp() + " " if timestamp_logs else "", TRANSIENT_START_FAILURE))
+    finally:
+        if main_thread:
+            for s, h in old.items():
+                signal.signal(s, h)
+    late = current[0].late
 
     def say(msg):
         stderr.write("%stfringrun: %s\n" % (stamp() + " " if timestamp_logs else "", msg))

@@ -1,0 +1,67 @@
+"""tfringrun starts mpirun once more when Open MPI failed at start-up before any rank ran (the PMIx listener
+failure that made a CI run red), and only then. The "mpirun" here is a shell script that prints what Open MPI
+prints (the supervisor reads nothing else); no MPI is needed."""
+import io
+import sys
+
+from tfring.runner.supervise import TRANSIENT_START_FAILURE, run_command
+
+PMIX_FAILURE = "-" * 74 + "\n" + TRANSIENT_START_FAILURE + ". We cannot\ncontinue.\n" + "-" * 74 + "\n"
+
+
+def launcher(tmp_path, first, then="echo '[1,0]<stdout>:trained'; exit 0"):
+    """A command that runs `first` on its first start and `then` on the next ones (a counter file); in both,
+    $PMIX is a file holding Open MPI's message."""
+    (tmp_path / "pmix").write_text(PMIX_FAILURE)
+    first, then = (c.replace("$PMIX", str(tmp_path / "pmix")) for c in (first, then))
+    count = tmp_path / "starts"
+    count.write_text("")
+    return ["/bin/sh", "-c", 'echo x >> %s; if [ "$(wc -l < %s)" = 1 ]; then %s; else %s; fi' % (
+        count, count, first, then)], count
+
+
+def run(cmd):
+    out, err = io.StringIO(), io.StringIO()
+    rc = run_command(cmd, stdout=out, stderr=err)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_pmix_start_failure_is_retried_once_and_said(tmp_path):
+    cmd, count = launcher(tmp_path, "cat $PMIX >&2; exit 213")
+    rc, out, err = run(cmd)
+    assert rc == 0, err
+    assert count.read_text().count("x") == 2
+    assert "[0]<stdout>:trained" in out
+    assert err.count("tfringrun: Open MPI failed before starting any rank") == 1, err
+
+
+def test_a_second_start_failure_is_reported_not_retried_again(tmp_path):
+    fail = "cat $PMIX >&2; exit 213"
+    cmd, count = launcher(tmp_path, fail, then=fail)
+    rc, _, err = run(cmd)
+    assert rc == 213 and count.read_text().count("x") == 2, err
+    assert err.rstrip().endswith("tfringrun: the job failed (exit code 213)"), err
+
+
+def test_no_retry_once_a_rank_spoke_or_for_other_failures(tmp_path):
+    # A rank wrote a line before the same message: the job ran (side effects), so it is not started again.
+    cmd, count = launcher(tmp_path, "echo '[1,0]<stdout>:step 1'; cat $PMIX >&2; exit 213")
+    rc, _, err = run(cmd)
+    assert rc == 213 and count.read_text().count("x") == 1, err
+    # Any other start-up failure is the user's to see at once.
+    cmd, count = launcher(tmp_path, "echo 'prterun: executable not found' >&2; exit 1")
+    rc, _, err = run(cmd)
+    assert rc == 1 and count.read_text().count("x") == 1, err
+    assert "starting the job again" not in err
+
+
+def test_real_job_through_tfringrun_is_not_started_twice(tmp_path):
+    """End to end: a real 2-rank job that fails on its own is run once (its line appears once)."""
+    import subprocess
+    from conftest import ROOT, rank_env
+    job = tmp_path / "job.py"
+    job.write_text("from mpi4py import MPI\nprint('ran', MPI.COMM_WORLD.rank, flush=True)\nraise SystemExit(3)\n")
+    proc = subprocess.run([sys.executable, "-m", "tfring.runner", "-np", "2", "python", str(job)], cwd=ROOT,
+                          env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stdout
+    assert proc.stdout.count("<stdout>:ran 0") == 1 and proc.stdout.count("<stdout>:ran 1") == 1, proc.stdout
