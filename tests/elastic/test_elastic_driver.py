@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tfring.common.signed_channel import (BadRequest, DriverClient, DriverServer, ProtocolError, client_from_env,
-                                     new_secret)
+from tfring.common.signed_channel import BadRequest, DriverClient, ProtocolError, client_from_env, new_secret
+from tfring.common.signed_server import DriverServer
 from tfring.runner.elastic import book as host_book
 from tfring.runner.elastic import discovery, hostnames
 from tfring.runner.elastic import driver as ed

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tfring.common.signed_channel import BadRequest, DriverServer, ProtocolError, client_from_env, new_secret
+from tfring.common.signed_channel import BadRequest, ProtocolError, client_from_env, new_secret
+from tfring.common.signed_server import DriverServer
 from tfring.runner.elastic import driver as ed
 from tfring.runner.elastic.exits import ExitLedger
 from tfring.runner.supervise import run_command

@@ -21,7 +21,7 @@ from conftest import ROOT, local_spark  # noqa: E402
 from tfring.common import signed_channel as protocol  # noqa: E402
 from tfring.common import launch_env  # noqa: E402
 from tfring.runner.processes import descendants  # noqa: E402
-from tfring.runner.slots import SlotJob, wire  # noqa: E402
+from tfring.runner.slots import LaunchError, RankError, SlotJob, wire  # noqa: E402
 from tfring.runner.slots.exec_service import ExecService  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real Spark/Ray clusters and ranks
@@ -141,6 +141,7 @@ def test_a_raising_rank_is_named_with_its_traceback(spark):
     with pytest.raises(RuntimeError, match=r"rank 1 raised") as info:
         tfring.spark.run(_raise_on_rank_1, num_proc=2, start_timeout=60)
     assert "ValueError: rank one cannot go on" in str(info.value)
+    assert isinstance(info.value, RankError) and info.value.rank == 1  # as tfring.ray raises it
     assert time.monotonic() - start < 60
     assert not _no_slot_processes_left()
     assert tfring.spark.run(_whoami, args=("after",), num_proc=2, start_timeout=60)[1][:3] == (1, 2, "after")
@@ -163,6 +164,15 @@ def test_a_dying_task_is_a_clear_error_not_a_hang(spark):
     with pytest.raises(RuntimeError, match=r"Spark job failed|mpirun exited"):
         tfring.spark.run(_kill_my_task, num_proc=2, start_timeout=60)
     assert time.monotonic() - start < 60
+    assert not _no_slot_processes_left()
+
+
+def test_a_launch_failure_is_reported_at_once(spark):
+    import tfring.spark
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match=r"tfring.spark.run: slot 0 .*could not start mpirun: .*No closing quot"):
+        tfring.spark.run(_whoami, num_proc=2, start_timeout=60, extra_mpi_args="-x 'unbalanced")
+    assert time.monotonic() - start < 30
     assert not _no_slot_processes_left()
 
 
@@ -233,7 +243,8 @@ def test_unauthenticated_requests_are_refused_and_nothing_runs(tmp_path):
             job.secret, "/register", bad_network))[0] == 400
         time.sleep(0.5)
         assert not marker.exists() and not unpickled.exists()
-        assert "missing signature" in log.getvalue() and "bad signature" in log.getvalue()
+        # Refusals are logged one line per interval (the rest counted): the first one, named.
+        assert "missing signature" in log.getvalue() and "bad signature" not in log.getvalue()
         assert secret not in log.getvalue() and job.secret not in log.getvalue()
         # The same request, signed: runs.
         signed = protocol.request_headers(secret, "/spawn", spawn)
@@ -247,9 +258,10 @@ def test_unauthenticated_requests_are_refused_and_nothing_runs(tmp_path):
         assert marker.exists()
         # The same signed request again (a replay by someone who saw it): refused, nothing runs again.
         marker.unlink()
-        assert _post(service.address, "/spawn", spawn, signed)[0] == 403
+        status, reply = _post(service.address, "/spawn", spawn, signed)
+        assert status == 403 and json.loads(reply)["error"] == "replayed request"  # (its log line: rate-limited)
         time.sleep(0.5)
-        assert not marker.exists() and "replayed request" in log.getvalue()
+        assert not marker.exists()
     finally:
         owner_stop.set()
         thread.join(5)

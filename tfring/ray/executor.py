@@ -11,7 +11,7 @@ import warnings
 from tfring.ray import _rank
 from tfring.ray.worker import MAX_CONCURRENCY, SlotWorker
 from tfring.runner.processes import alive
-from tfring.runner.slots import RankError
+from tfring.runner.slots import LaunchError, RankError
 
 
 def _nic_set(nics):
@@ -191,6 +191,7 @@ class RayExecutor:
 
         Raises:
             RankError: building the executable failed in a rank (`.rank` names it).
+            LaunchError: worker 0 could not start mpirun (e.g. bad nics), reported at once.
             RuntimeError: already started, or a worker died.
             TimeoutError: the placement group or the workers did not start in time.
             ValueError: use_gpu on a cluster without GPUs.
@@ -241,6 +242,9 @@ class RayExecutor:
             return self._job.call(fn, args, kwargs, alive=self._alive)
         except RankError:
             raise  # the job goes on (or SlotJob marked it broken: the next call says so at once)
+        except LaunchError as e:
+            self._failed = str(e)  # mpirun never ran: no actor to blame
+            raise
         except RuntimeError as e:
             if self._failed is None:
                 try:  # the job's own error (mpirun exited) may hide the cause: a dead actor (Ray tells within ~1 s)

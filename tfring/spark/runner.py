@@ -11,7 +11,7 @@ import sys
 import threading
 import uuid
 
-from tfring.runner.slots import SlotJob
+from tfring.runner.slots import LaunchError, RankError, SlotJob
 
 DEFAULT_START_TIMEOUT = 600  # horovod.spark's default
 STOP_GRACE = 15.0  # seconds the tasks have to end on their own before the Spark job is cancelled
@@ -69,7 +69,7 @@ def _driver_address(sc):
 def _launch_args(extra_mpi_args, nics, verbose, prefix_output_with_timestamp):
     args = []
     if extra_mpi_args:
-        args += ["--mpi-args", extra_mpi_args]
+        args += ["--mpi-args=" + extra_mpi_args]  # one token: a value starting with "-" is not taken for a flag
     if nics:
         # A string is already the comma-separated list; any other collection is joined (not a string's letters).
         args += ["--network-interfaces", nics if isinstance(nics, str) else ",".join(sorted(nics))]
@@ -78,6 +78,21 @@ def _launch_args(extra_mpi_args, nics, verbose, prefix_output_with_timestamp):
     if verbose and verbose >= 2:
         args += ["--verbose"]
     return args
+
+
+def _ours(error):
+    return str(error).replace("tfring: ", "tfring.spark.run: ", 1)
+
+
+def _renamed(error):
+    # The same exception types as tfring.ray (RankError with .rank, LaunchError), this API's name in the message.
+    if isinstance(error, RankError):
+        return RankError(error.rank, error.traceback, "tfring.spark.run")
+    if isinstance(error, LaunchError):
+        renamed = LaunchError(error.error)
+        renamed.args = (_ours(error),)
+        return renamed
+    return RuntimeError(_ours(error))
 
 
 def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=None, use_gloo=None,
@@ -109,9 +124,13 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
 
     Raises:
         ValueError: use_gloo, a bad num_proc or start timeout.
-        RuntimeError: no active SparkContext, a rank raised (the message names it and has its traceback), a task
-            or executor died, or the Spark job failed.
-        TimeoutError: the tasks did not all start within the start timeout.
+        RankError: a rank raised (tfring.runner.slots.RankError, a RuntimeError: `.rank` names it, the message has
+            its traceback), as from tfring.ray.RayExecutor.
+        LaunchError: mpirun could not be started (e.g. unparsable extra_mpi_args), reported as soon as the first
+            task tried.
+        RuntimeError: no active SparkContext, a task or executor died, or the Spark job failed.
+        TimeoutError: the tasks did not all start within the start timeout, or the first task did not take the
+            job within 30 s of the last one starting.
     """
     if use_gloo:
         raise ValueError("tfring.spark.run: use_gloo=True: tfring runs on MPI only (Gloo is not built); "
@@ -153,16 +172,20 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
         try:
             job.wait_ready(timeout, alive)
         except TimeoutError as e:
-            raise TimeoutError("tfring.spark.run: timed out waiting for the Spark tasks to start: %s. Each rank runs "
-                               "in a Spark task and all %d must run at once; raise start_timeout (or "
-                               "TFRING_SPARK_START_TIMEOUT) if executors are allocated on demand" % (
-                                   str(e).replace("tfring: ", ""), num_proc)) from None
+            if not job.ready:
+                raise TimeoutError("tfring.spark.run: timed out waiting for the Spark tasks to start: %s. Each rank "
+                                   "runs in a Spark task and all %d must run at once; raise start_timeout (or "
+                                   "TFRING_SPARK_START_TIMEOUT) if executors are allocated on demand" % (
+                                       str(e).replace("tfring: ", ""), num_proc)) from None
+            raise TimeoutError(_ours(e)) from None
+        except RuntimeError as e:
+            raise _renamed(e) from None
         try:
             results = job.call(fn, args, kwargs, alive)
             done = True
             return results
         except RuntimeError as e:
-            raise RuntimeError(str(e).replace("tfring: ", "tfring.spark.run: ", 1)) from None
+            raise _renamed(e) from None
     finally:
         # The tasks end mpirun, the daemons and the ranks when told to stop; a failed job gets a few seconds for
         # that before the Spark job is cancelled (which kills the tasks' Python workers).

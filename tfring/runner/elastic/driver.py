@@ -145,7 +145,9 @@ def run_elastic(args, environ=None, stderr=None):
         try:
             exits = ExitLedger()
             handlers = dict(book.handlers(), **{"/exit": exits.record})
-            listeners = Listeners(bind_address, secret, handlers, log=stderr)
+            # Every rank may call at once (a reset): the servers' connection limits fit the largest job.
+            clients = max(args.max_num_proc or 0, sum(n for _, n in book.refresh()))
+            listeners = Listeners(bind_address, secret, handlers, log=stderr, clients=clients)
             handlers["/hosts"] = functools.partial(_hosts_with_drivers, book, listeners)
             listeners.address_for([h for h, _ in book.refresh()])  # fails early, as before the first launch
         except (RuntimeError, OSError) as e:

@@ -4,7 +4,7 @@ need an address on the route to it, so a second listener (same secret, same hand
 hands its address to the processes it spawns (TFRING_ELASTIC_DRIVERS). Never a wildcard address."""
 import threading
 
-from tfring.common.signed_channel import DriverServer
+from tfring.common.signed_server import DriverServer
 
 
 class Listeners:
@@ -16,10 +16,12 @@ class Listeners:
         secret: the job's secret.
         handlers: {path: handler}, shared by every listener.
         log: where refusals and handler failures are written.
+        clients: the most ranks the job may have (sizes each server's connection limits).
     """
 
-    def __init__(self, bind_address, secret, handlers, log=None):
+    def __init__(self, bind_address, secret, handlers, log=None, clients=0):
         self._bind_address, self._secret, self._handlers, self._log = bind_address, secret, handlers, log
+        self._clients = clients
         self._lock = threading.Lock()
         self._servers = {}
 
@@ -39,7 +41,8 @@ class Listeners:
         bind = self._bind_address(list(hosts))
         with self._lock:
             if bind not in self._servers:
-                self._servers[bind] = DriverServer(bind, self._secret, self._handlers, log=self._log).start()
+                self._servers[bind] = DriverServer(bind, self._secret, self._handlers, log=self._log,
+                                                   clients=self._clients).start()
             return self._servers[bind].address
 
     def drivers_for(self, add):

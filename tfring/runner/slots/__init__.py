@@ -2,4 +2,4 @@
 the ranks are their children. The driver's side is job.SlotJob (its service: service.py); each slot runs
 task.serve_slot (its task service: exec_service.py; slot 0's mpirun: launcher.py); PRRTE reaches the other hosts'
 slots through agent.py; the ranks run rank.py. The signed channel's payloads: wire.py."""
-from tfring.runner.slots.job import RankError, SlotJob  # noqa: F401 (the driver's API: tfring.spark, tfring.ray)
+from tfring.runner.slots.job import LaunchError, RankError, SlotJob  # noqa: F401 (the driver's API: tfring.spark, tfring.ray)

@@ -8,7 +8,8 @@ import subprocess
 import threading
 import time
 
-from tfring.common.signed_channel import BadRequest, DriverServer
+from tfring.common.signed_channel import BadRequest
+from tfring.common.signed_server import DriverServer
 from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.wire import TASK_SERVICE
 

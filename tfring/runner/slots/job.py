@@ -4,8 +4,8 @@ already started on the cluster ("slots"), so that the ranks are children of thos
     job = SlotJob(num_slots, bind_host).start()        # the driver service (tfring.common.signed_channel: HMAC'd JSON)
     ... the scheduler starts num_slots processes that each call
         tfring.runner.slots.task.serve_slot(job.address, job.secret, index) ...
-    job.wait_ready(timeout)                            # every slot registered (host identity, task service)
-    results = job.call(fn, args, kwargs)               # each rank's return value, in rank order (any number of calls)
+    job.wait_ready(timeout)                            # every slot registered, slot 0 took the job (else LaunchError)
+    results = job.call(fn, args, kwargs, timeout=None) # each rank's return value, in rank order (any number of calls)
     job.slot_of(rank)                                  # which slot each rank belongs to (after a call)
     job.stop(); job.close()
 
@@ -20,7 +20,8 @@ slot, the ranks of the launcher's host are local to mpirun and one host needs no
 Each rank dies with its own slot (the rank's watchdog: on a host, ranks take the host's slots in local rank order)
 and tells the driver which slot it belongs to. A call in which a rank raised fails with RankError; if some other
 rank did not return within SETTLE seconds (blocked in a collective?), the job is broken and later calls fail at
-once."""
+once. No lost message leaves a wait open: the launch spec and mpirun's exit are repeated until acknowledged
+(service.py), and every wait here has a deadline."""
 import time
 
 from tfring.runner.slots.service import SlotService
@@ -29,6 +30,17 @@ from tfring.runner.slots.wire import decode, encode
 SLOT_SILENCE = 30.0  # seconds without a slot's status poll before the slot counts as dead (polls every second)
 STOP_SILENCE = 3.0  # seconds without slot 0's poll after which stop() no longer waits for mpirun's exit
 SETTLE = 10.0  # seconds the other ranks have to return after one raised, before the job counts as broken
+LAUNCH_ACK = 30.0  # seconds slot 0 has to acknowledge the launch spec once every slot registered (polls every 1 s)
+
+
+def _seconds(name, value, none=False):
+    # Every wait has a deadline: a positive, finite number of seconds (None only where it says no limit).
+    if value is None and none:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+    if not ok:
+        raise ValueError("tfring: %s=%r: expected a positive, finite number of seconds%s" % (
+            name, value, " or None" if none else ""))
 
 
 class RankError(RuntimeError):
@@ -37,11 +49,25 @@ class RankError(RuntimeError):
     Args:
         rank: the rank that raised (the lowest, when several did).
         trace: its formatted traceback.
+        who: what the message starts with (e.g. "tfring.spark.run").
     """
 
-    def __init__(self, rank, trace):
-        super().__init__("tfring: rank %d raised:\n%s" % (rank, trace))
+    def __init__(self, rank, trace, who="tfring"):
+        super().__init__("%s: rank %d raised:\n%s" % (who, rank, trace))
         self.rank, self.traceback = rank, trace
+
+
+class LaunchError(RuntimeError):
+    """Slot 0 could not start mpirun (bad launch arguments such as extra_mpi_args, no mpirun).
+
+    Args:
+        error: why, as slot 0 reported it.
+        where: the slot, e.g. "slot 0 (host h)".
+    """
+
+    def __init__(self, error, where="slot 0"):
+        super().__init__("tfring: %s could not start mpirun: %s" % (where, error))
+        self.error = error
 
 
 class SlotJob(SlotService):
@@ -68,7 +94,10 @@ class SlotJob(SlotService):
 
     # -- the driver's API (the service's handlers: service.py) --
 
-    def _check(self, alive):
+    def _check(self):
+        # Under the lock: the job's own state only (the scheduler's `alive` runs outside it: it may block).
+        if self._launch_error is not None:
+            raise LaunchError(self._launch_error, self._where_slot(0))
         if self._failed:
             raise RuntimeError("tfring: %s" % self._failed)
         now = time.monotonic()
@@ -77,34 +106,63 @@ class SlotJob(SlotService):
                 self._failed = "slot %d (host %s) has not been heard from for %d s: its process or host died" % (
                     index, slot["host"], SLOT_SILENCE)
                 raise RuntimeError("tfring: %s" % self._failed)
-        if alive is not None:
-            alive()  # the scheduler's own state: raises when its job failed
+        if self._ready_at is not None and not self._launch_acked and not self._stopping and \
+                now - self._ready_at > LAUNCH_ACK:
+            self._failed = "%s did not acknowledge the launch within %g s (LAUNCH_ACK): its status replies " \
+                "are lost" % (self._where_slot(0), LAUNCH_ACK)
+            raise TimeoutError("tfring: %s" % self._failed)
 
-    def wait_ready(self, timeout, alive=None):
-        """Waits until every slot registered, then lets slot 0 start mpirun.
+    def _where_slot(self, index):
+        slot = self._slots.get(index)
+        return "slot %d (host %s)" % (index, slot["host"]) if slot else "slot %d" % index
 
-        Args:
-            timeout: seconds to wait; what is left of it is also the ranks' start deadline.
-            alive: callable raising an exception when the scheduler can no longer start the slots (e.g. its job
-                failed), checked about every second, or None.
-
-        Raises:
-            TimeoutError: not every slot registered in time (the message says how many did).
-            RuntimeError: a slot died or was restarted.
-        """
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while len(self._slots) < self.num_slots:
+    def _wait(self, until, deadline, alive, expired):
+        # Waits under the lock until `until()` (checked with the lock held), one second at a time; between two
+        # waits the lock is released for `alive` (a scheduler call such as ray.wait may block every handler).
+        while True:
+            with self._cond:
+                self._check()
+                if until():
+                    return
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(
-                        "tfring: only %d of %d slots started within %g s (registered: %s); the cluster may not be "
-                        "able to run %d tasks at once, or a larger start timeout is needed" % (
-                            len(self._slots), self.num_slots, timeout, sorted(self._slots) or "none",
-                            self.num_slots))
+                    raise expired()
                 self._cond.wait(min(left, 1.0))
-                self._check(alive)
-            self._start_timeout = max(int(deadline - time.monotonic()), 10)
+                self._check()
+                if until():
+                    return
+            if alive is not None:
+                alive()  # the scheduler's own state: raises when its job failed
+
+    def wait_ready(self, timeout, alive=None):
+        """Waits until every slot registered, then until slot 0 has taken the job (mpirun started).
+
+        Args:
+            timeout: seconds for every slot to register; what is left of it is also the ranks' start deadline.
+                Slot 0 then has LAUNCH_ACK seconds to acknowledge the launch.
+            alive: callable raising an exception when the scheduler can no longer start the slots (e.g. its job
+                failed), checked about every second (never under the job's lock), or None.
+
+        Raises:
+            ValueError: timeout is not a positive, finite number.
+            TimeoutError: not every slot registered in time (the message says how many did), or slot 0 did not
+                acknowledge the launch within LAUNCH_ACK seconds.
+            LaunchError: slot 0 could not start mpirun (bad arguments, no mpirun).
+            RuntimeError: a slot died or was restarted.
+        """
+        _seconds("timeout", timeout)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._start_deadline = deadline  # what is left of it when slot 0 takes the job: the ranks' start deadline
+
+        def expired():
+            return TimeoutError(
+                "tfring: only %d of %d slots started within %g s (registered: %s); the cluster may not be able to "
+                "run %d tasks at once, or a larger start timeout is needed" % (
+                    len(self._slots), self.num_slots, timeout, sorted(self._slots) or "none", self.num_slots))
+        self._wait(lambda: len(self._slots) == self.num_slots, deadline, alive, expired)
+        # The launch ack's own deadline (LAUNCH_ACK) is enforced by _check.
+        self._wait(lambda: self._launch_acked, float("inf"), alive, None)
 
     def slot_of(self, rank):
         """The slot a rank belongs to (on a host, the ranks take that host's slots in local rank order).
@@ -138,29 +196,40 @@ class SlotJob(SlotService):
             self._exit[0], ", ".join(self._where(r) for r in missing), ": " + summary if summary else "",
             "".join("; " + s for s in silent)))
 
-    def call(self, fn, args=(), kwargs=None, alive=None):
+    def call(self, fn, args=(), kwargs=None, alive=None, timeout=None):
         """Runs fn(*args, **kwargs) on every rank.
 
         A call in which a rank raised fails at once. The other ranks then have SETTLE seconds to return: if some do
         not (they may be blocked in a collective the raising rank never joined), the job is broken and every later
-        call fails (at once after that deadline; a call made before it first waits for it).
+        call fails (at once after that deadline; a call made before it first waits for it). Without a timeout the
+        call may take as long as fn does, but no lost message leaves it waiting: a lost launch spec or exit report
+        is repeated until acknowledged, and a dead slot is silent for at most SLOT_SILENCE seconds.
 
         Args:
             fn: the function (cloudpickled: closures and lambdas travel by value).
             args: positional arguments.
             kwargs: keyword arguments.
             alive: as for `wait_ready`.
+            timeout: seconds the call may take, or None (no limit on fn's own running time).
 
         Returns:
             list: each rank's return value, in rank order.
 
         Raises:
+            ValueError: a bad timeout.
             RankError: a rank raised (the lowest such rank, with its traceback).
-            RuntimeError: the job is broken, mpirun ended before every rank answered, or a slot died.
+            TimeoutError: the ranks did not all return within `timeout` (the job is broken after that).
+            LaunchError: slot 0 could not start mpirun.
+            RuntimeError: the job is broken, mpirun ended before every rank answered, a slot died, or not every
+                slot registered yet (call `wait_ready` first).
         """
+        _seconds("timeout", timeout, none=True)
+        deadline = time.monotonic() + timeout if timeout is not None else float("inf")
         payload = encode((fn, tuple(args), dict(kwargs or {})))
         with self._cond:
-            self._check(None)  # a slot already lost: fail at once
+            self._check()  # a slot already lost: fail at once
+            if len(self._slots) < self.num_slots:
+                raise RuntimeError("tfring: call() before every slot registered: call wait_ready() first")
             self._settle()
             if self._broken:
                 raise RuntimeError("tfring: the job cannot run more calls: %s" % self._broken)
@@ -168,21 +237,32 @@ class SlotJob(SlotService):
             seq = self._seq
             self._calls[seq] = payload
             self._cond.notify_all()
-            while True:
-                got = self._results.get(seq, {})
-                failed = sorted(r for r, (ok, _) in got.items() if not ok)
-                if len(got) == self.num_slots:
-                    break
-                if failed:
-                    self._settling = (seq, time.monotonic() + SETTLE, failed[0])
-                    break
-                if self._exit is not None:
-                    self._broken = "mpirun exited"
-                    raise self._exit_error(got)
-                self._cond.wait(1.0)
-                self._check(alive)
-            values = self._results[seq] if failed else self._results.pop(seq)
-            if not failed:
+        state = {}
+
+        def answered():  # under the lock
+            got = self._results.get(seq, {})
+            failed = sorted(r for r, (ok, _) in got.items() if not ok)
+            if len(got) == self.num_slots or failed:
+                state["failed"] = failed
+                return True
+            if self._exit is not None and self._launch_error is None:
+                self._broken = "mpirun exited"
+                raise self._exit_error(got)
+            return False
+
+        def expired():  # under the lock
+            missing = sorted(set(range(self.num_slots)) - set(self._results.get(seq, {})))
+            self._broken = "call %d timed out" % seq
+            return TimeoutError("tfring: %s did not return within %g s (timeout); stop this job and start a new "
+                                "one" % (", ".join(self._where(r) for r in missing), timeout))
+        self._wait(answered, deadline, alive, expired)
+        with self._cond:
+            failed = state["failed"]
+            if failed:
+                self._settling = (seq, time.monotonic() + SETTLE, failed[0])
+                values = self._results[seq]
+            else:
+                values = self._results.pop(seq)
                 del self._calls[seq]
         if failed:
             raise RankError(failed[0], values[failed[0]][1])
@@ -212,21 +292,28 @@ class SlotJob(SlotService):
         """Tells the ranks and slots to stop and waits (at most `timeout` s) until mpirun has exited.
 
         Does not wait when slot 0 (which runs mpirun) stopped polling: its process is gone, no exit report can come.
+        Never raises for a job that failed: it is what cleans up after one.
 
         Args:
             timeout: seconds to wait.
 
         Returns:
             bool: whether mpirun's exit was reported (True as well when it never started).
+
+        Raises:
+            ValueError: timeout is not a positive, finite number.
         """
+        _seconds("timeout", timeout)
         deadline = time.monotonic() + timeout
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-            while self._launched and self._exit is None and time.monotonic() < deadline and not self._failed:
+            while self._launched and self._exit is None and time.monotonic() < deadline:
                 if time.monotonic() - self._slots[0]["seen"] > STOP_SILENCE:
                     break
-                self._cond.wait(0.5)
+                if self._failed and self._launch_acked:  # mpirun runs; a failed job does not wait for its end
+                    break
+                self._cond.wait(min(0.5, max(deadline - time.monotonic(), 0.01)))
             return not self._launched or self._exit is not None
 
     def close(self):

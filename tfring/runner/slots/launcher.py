@@ -1,11 +1,13 @@
 """Slot 0's mpirun: the job the driver hands over, run as a child of the slot's own thread, its output relayed to
-the driver's `/output` and its exit (code and failure summary) reported to `/exit`."""
+the driver's `/output` and its exit (code and failure summary), or why it could not start, reported to `/exit`
+until the driver acknowledges it (the slot also repeats the report in its status polls: task.py)."""
 import json
 import os
 import shlex
 import subprocess
 import sys
 import threading
+import time
 
 from tfring.common import launch_env
 from tfring.common.signed_channel import ProtocolError
@@ -16,6 +18,8 @@ from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.net import route_address
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+EXIT_DEADLINE = 30.0  # seconds /exit is retried without an acknowledgement (the status polls still carry it)
+LAUNCH_FAILED = 127  # the exit code reported when mpirun could not be started at all
 
 
 class _Forward:
@@ -54,8 +58,9 @@ class _Forward:
 
 
 class Launcher:
-    """Slot 0's mpirun for the job the driver handed over; reports its exit (code and failure summary) to the
-    driver. Constructed in the slot's own thread (mpirun is that thread's child).
+    """Slot 0's mpirun for the job the driver handed over; reports its exit (code and failure summary), or why it
+    could not start (bad arguments, no mpirun), to the driver. Constructed in the slot's own thread (mpirun is that
+    thread's child); never raises: a failed start is a report like an exit.
 
     Args:
         client: the DriverClient of the slot.
@@ -64,7 +69,18 @@ class Launcher:
     """
 
     def __init__(self, client, spec, secret):
-        self.client, self.rc = client, None
+        self.client, self.rc, self.proc = client, None, None
+        self.report = None  # {"rc", "summary"[, "error"]} once mpirun exited or failed to start
+        self.acked = threading.Event()  # the driver has the report (from /exit or a status reply)
+        self.closed = threading.Event()
+        try:
+            self._start(spec, secret)
+        except (Exception, SystemExit) as e:  # argparse's usage errors are SystemExit
+            self.report = {"rc": LAUNCH_FAILED, "summary": "", "error": "%s: %s" % (type(e).__name__, e)}
+            threading.Thread(target=self._post_exit, daemon=True).start()
+
+    def _start(self, spec, secret):
+        client = self.client
         env = dict(os.environ if spec.get("env") is None else spec["env"])
         env.update({launch_env.SLOT_DRIVER: client.address, launch_env.SLOT_SECRET: secret,
                     launch_env.SLOT_HOSTS: json.dumps({h: a for h, _, a in spec["hosts"][1:]}),
@@ -123,11 +139,25 @@ class Launcher:
         else:
             summary = failure_summary(rc, self.relay.untagged) if rc else ""
         self.rc = rc
-        try:
-            self.client.call("/exit", {"rc": rc, "summary": summary})
-        except ProtocolError:
-            pass
+        self.report = {"rc": rc, "summary": summary}
+        self._post_exit()
+
+    def _post_exit(self):
+        # Retried until acknowledged: a lost report would leave the driver waiting for ranks that are gone. After
+        # stop() one more try: the driver may be closing.
+        deadline = time.monotonic() + EXIT_DEADLINE
+        while not self.acked.is_set():
+            try:
+                if self.client.call("/exit", self.report).get("ack"):
+                    self.acked.set()
+                    return
+            except ProtocolError:
+                pass
+            if time.monotonic() > deadline or self.closed.wait(0.5):
+                return
 
     def stop(self):
         """Ends mpirun and every rank (SIGTERM, SIGKILL after a grace period)."""
-        terminate(self.proc, grace=5.0)
+        if self.proc is not None:
+            terminate(self.proc, grace=5.0)
+        self.closed.set()

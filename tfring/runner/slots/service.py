@@ -1,13 +1,18 @@
 """The driver service of a slot job, the side the slots and ranks talk to: registers the slots, hands slot 0 the
 job to launch (`/status`), serves calls to the ranks (`/call`) and collects their results (`/result`), relays
 output (`/output`) and records mpirun's exit (`/exit`) and dead slots (`/gone`). SlotJob (job.py) is the driver's
-API on top of it."""
+API on top of it.
+
+Any request or reply may be lost; every handler is idempotent and every report is repeated until acknowledged:
+the launch spec goes in every `/status` reply to slot 0 until a poll says `launched`; slot 0 repeats mpirun's exit
+(or its launch failure) in every `/status` until a reply says `exit_ack`, besides retrying `/exit` until `ack`."""
 import ipaddress
 import sys
 import threading
 import time
 
-from tfring.common.signed_channel import BadRequest, DriverServer, new_secret
+from tfring.common.signed_channel import BadRequest, new_secret
+from tfring.common.signed_server import DriverServer
 from tfring.runner.slots.wire import MAX_BODY, SERVICE
 
 CALL_WAIT = 5.0  # seconds a rank's /call waits for work before it is told to ask again
@@ -53,6 +58,10 @@ class SlotService:
         self._slots = {}  # index -> {"host", "address", "seen"}
         self._launched = self._stopping = False
         self._exit = None  # (rc, summary) of mpirun, from the launcher
+        self._launch_error = None  # why slot 0 could not start mpirun (bad arguments, no mpirun)
+        self._spec = None  # the launch spec, built once: it is resent until slot 0 acknowledges it
+        self._launch_acked = False
+        self._ready_at = None  # when the last slot registered: the launch ack's deadline counts from here
         self._failed = None  # why the job cannot go on (a slot died or restarted)
         self._broken = None  # why no more calls can run (ranks may be stuck in a collective after one raised)
         self._settling = None  # (seq, deadline, ranks that answered) of a call in which a rank raised
@@ -62,11 +71,11 @@ class SlotService:
         self._calls = {}  # seq -> encoded (fn, args, kwargs)
         self._results = {}  # seq -> {rank: (ok, value)}
         self._seq = 0
-        self._start_timeout = 600
+        self._start_deadline = None  # the ranks must start by then (SlotJob.wait_ready's deadline)
         self._server = DriverServer(bind_host, self.secret, {
             "/register": self._register, "/status": self._status, "/output": self._output, "/exit": self._exit_of,
             "/call": self._call, "/result": self._result, "/gone": self._gone_of},
-            log=log, name=SERVICE, max_body=MAX_BODY)
+            log=log, name=SERVICE, max_body=MAX_BODY, clients=2 * num_slots)  # each slot polls, each rank long-polls
 
     @property
     def address(self):
@@ -76,6 +85,16 @@ class SlotService:
             str: "host:port".
         """
         return self._server.address
+
+    @property
+    def ready(self):
+        """Whether every slot registered.
+
+        Returns:
+            bool
+        """
+        with self._cond:
+            return len(self._slots) == self.num_slots
 
     @property
     def launched(self):
@@ -113,6 +132,8 @@ class SlotService:
                 self._stopping = True
             elif old is None:
                 self._slots[index] = slot
+                if len(self._slots) == self.num_slots:
+                    self._ready_at = time.monotonic()
             self._cond.notify_all()
             return {"stop": self._stopping}
 
@@ -131,17 +152,32 @@ class SlotService:
         return {"np": self.num_slots, "hosts": hosts, "slots": members,
                 "networks": networks if all(networks) else None,
                 "env": dict(self._env) if self._env is not None else None, "args": self._launch_args,
-                "executable": self._executable, "start_timeout": self._start_timeout}
+                "executable": self._executable,
+                "start_timeout": max(int(self._start_deadline - time.monotonic()), 10) if self._start_deadline else 600}
 
     def _status(self, p):
         index = _int(p, "index", 0, self.num_slots)
+        report = p.get("exit") if index == 0 else None
+        if report is not None and not isinstance(report, dict):
+            raise BadRequest("exit: expected an object")
         with self._cond:
             if index in self._slots:
                 self._slots[index]["seen"] = time.monotonic()
             reply = {"stop": self._stopping}
-            if index == 0 and not self._launched and not self._stopping and len(self._slots) == self.num_slots:
+            if index == 0 and p.get("launched") is True and not self._launch_acked:
+                self._launch_acked = True
+                self._cond.notify_all()
+            elif index == 0 and self._stopping and not self._launch_acked and p.get("launched") is not True:
+                self._launched = False  # the spec was lost and is no longer sent: no mpirun for stop() to wait for
+                self._cond.notify_all()
+            if report is not None:
+                self._record_exit(report)
+                reply["exit_ack"] = True
+            if index == 0 and not self._launch_acked and not self._stopping and len(self._slots) == self.num_slots:
+                # Resent in every reply until acknowledged: a lost reply must not leave the job unlaunched.
                 self._launched = True
-                reply["launch"] = self._launch_spec()
+                self._spec = self._spec or self._launch_spec()
+                reply["launch"] = self._spec
             return reply
 
     def _output(self, p):
@@ -154,14 +190,23 @@ class SlotService:
         stream.flush()
         return {}
 
-    def _exit_of(self, p):
-        rc = p.get("rc")
-        if not isinstance(rc, int):
+    def _record_exit(self, p):
+        # Under the lock. The first report wins: /exit and /status repeat the same one.
+        rc, error = p.get("rc"), p.get("error")
+        if not isinstance(rc, int) or isinstance(rc, bool):
             raise BadRequest("rc: expected an integer")
-        with self._cond:
+        if error is not None and not isinstance(error, str):
+            raise BadRequest("error: expected a string")
+        if self._exit is None:
             self._exit = (rc, str(p.get("summary") or ""))
+            self._launch_error = error
+            self._launch_acked = True  # a launch that failed was received all the same
             self._cond.notify_all()
-        return {}
+
+    def _exit_of(self, p):
+        with self._cond:
+            self._record_exit(p)
+        return {"ack": True}
 
     def _call(self, p):
         after = _int(p, "after", 0)

@@ -19,6 +19,21 @@ POLL = 1.0  # seconds between status polls
 DRIVER_SILENCE = 30.0  # seconds the driver may be unreachable before the slot gives up
 
 
+def _status(index, launcher):
+    # Slot 0 acknowledges the launch spec and repeats mpirun's exit (or launch failure) until the driver has it.
+    payload = {"index": index}
+    if launcher is not None:
+        payload["launched"] = True
+        if launcher.report is not None and not launcher.acked.is_set():
+            payload["exit"] = launcher.report
+    return payload
+
+
+def _heard(reply, launcher):
+    if launcher is not None and reply.get("exit_ack") and launcher.report is not None:
+        launcher.acked.set()
+
+
 def serve_slot(driver, secret, index, host_id=None, bind_host=None, stop=None, log=None):
     """Serves one slot of a tfring job until the driver says stop; every process started here ends with it.
 
@@ -62,26 +77,29 @@ def serve_slot(driver, secret, index, host_id=None, bind_host=None, stop=None, l
                 continue
             last = time.monotonic()
             try:
-                reply = client.call("/status", {"index": index})
+                reply = client.call("/status", _status(index, launcher))
                 heard = time.monotonic()
+                _heard(reply, launcher)
             except ProtocolError as e:
                 if time.monotonic() - heard > DRIVER_SILENCE:
                     raise RuntimeError("tfring slot %d: driver unreachable for %d s: %s" % (
                         index, DRIVER_SILENCE, e)) from None
                 reply = {}
                 continue
-            if reply.get("launch") and launcher is None:
+            if reply.get("launch") and launcher is None:  # repeated until acknowledged: start it once
                 launcher = Launcher(client, reply["launch"], secret)
         # Let mpirun and the daemons end on their own first (the ranks were told to stop as well): killing a
-        # daemon first would make mpirun report a lost host. The polls go on: they tell the driver this slot lives.
+        # daemon first would make mpirun report a lost host. The polls go on: they tell the driver this slot lives
+        # and carry mpirun's exit until the driver acknowledges it.
         deadline, quick = time.monotonic() + 10, DriverClient(driver, secret, timeout=2.0, name=SERVICE)
-        while ((launcher is not None and launcher.proc.poll() is None) or service.running()) and \
+        # Until mpirun's exit is reported and acknowledged (or the deadline).
+        while ((launcher is not None and not launcher.acked.is_set()) or service.running()) and \
                 time.monotonic() < deadline:
             service.spawn_pending(0.2)
             if time.monotonic() >= last + POLL:
                 last = time.monotonic()
                 try:
-                    quick.call("/status", {"index": index})
+                    _heard(quick.call("/status", _status(index, launcher)), launcher)
                 except ProtocolError:
                     pass
         return launcher.rc if launcher is not None else None
