@@ -253,3 +253,20 @@ def test_stop_with_open_connections_and_bad_results_stay_quiet(capfd, caplog):
     out, err = capfd.readouterr()
     logged = out + err + caplog.text  # asyncio reports through logging
     assert "Traceback" not in logged and "CancelledError" not in logged and "Exception in" not in logged, logged
+
+
+def test_stopping_while_a_handler_runs_is_quiet():
+    """A long-polling handler that returns after stop() has nobody to answer: no exception in its thread."""
+    from tfring.common.signed_server import DriverServer
+    caught = []
+    old_hook, threading.excepthook = threading.excepthook, caught.append
+    try:
+        srv = DriverServer("127.0.0.1", SECRET, {"/wait": lambda p: time.sleep(1) or {}}).start()
+        threading.Thread(target=lambda: pytest.raises(Exception, DriverClient(srv.address, SECRET, timeout=5).call,
+                                                      "/wait", {}), daemon=True).start()
+        time.sleep(0.3)
+        srv.stop()
+        time.sleep(1.5)  # the handler returns after the loop closed
+    finally:
+        threading.excepthook = old_hook
+    assert caught == [], [str(c.exc_value) for c in caught]

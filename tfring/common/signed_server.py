@@ -328,7 +328,10 @@ class DriverServer:
 
         def run():
             box.append(self._run(*args))
-            loop.call_soon_threadsafe(done.set)
+            try:
+                loop.call_soon_threadsafe(done.set)
+            except RuntimeError:  # the server stopped (its loop closed) while the handler ran: nobody to answer
+                pass
         threading.Thread(target=run, daemon=True, name="tfring-handler").start()
         await done.wait()
         return box[0]
