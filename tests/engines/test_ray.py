@@ -194,6 +194,24 @@ def test_raising_fn_names_the_rank_and_ranks_survive(executor):
     assert executor.run(lambda: "still here") == ["still here", "still here"]
 
 
+def _slow_remember(token):
+    import time
+    time.sleep(0.5)
+    return _remember(token)
+
+
+def test_run_remote_returns_refs_in_rank_order_and_keeps_the_call_order(executor):
+    """Horovod's run_remote: one ObjectRef per worker; a later run() runs after it; errors reach ray.get."""
+    refs = executor.run_remote(_slow_remember, args=["remote"])
+    assert len(refs) == 2 and all(isinstance(r, ray.ObjectRef) for r in refs)
+    assert [r[0] for r in executor.run(_recall)] == ["remote", "remote"]  # ran after the run_remote call
+    assert ray.get(refs, timeout=60) == ["remote", "remote"]
+    assert ray.get(executor.run_remote(lambda x: x + __import__("tfring").rank(), args=[40]), timeout=60) == [40, 41]
+    with pytest.raises(ray.exceptions.RayTaskError, match=r"rank 1 raised(.|\n)*boom from the test"):
+        ray.get(executor.run_remote(_fail_on_rank_one), timeout=60)
+    assert ray.get(executor.run_remote(lambda: "after"), timeout=60) == ["after", "after"]
+
+
 def test_shutdown_leaves_no_process(executor):
     pids = executor.run(lambda: __import__("os").getpid())
     infos = executor.worker_info()

@@ -3,7 +3,9 @@
 One Ray actor per worker, all in one placement group; the actors are the job's slots, so the ranks (MPI processes
 started by mpirun, which runs in worker 0's actor) live as long as the actors do. start() launches persistent
 ranks; run/execute send calls to them; shutdown() ends the ranks, mpirun, the actors and the placement group."""
+import concurrent.futures
 import dataclasses
+import itertools
 import sys
 import time
 import warnings
@@ -109,6 +111,7 @@ class RayExecutor:
         self._job = self._serving = self._failed = None
         self._infos = []  # per worker (rank order): info() plus the rank's pid
         self._slot_infos = []  # info() per worker: by creation index during start(), by rank after
+        self._remote = None  # run_remote's (Mailbox actor, one call thread, call counter, pending futures)
 
     # -- start --
 
@@ -257,6 +260,47 @@ class RayExecutor:
                 self._failed = str(e)
             raise
 
+    def run_remote(self, fn, args=None, kwargs=None):
+        """Starts fn(*args, **kwargs) on every worker and returns at once (Horovod's run_remote).
+
+        Calls run in the order they were made: a later run()/execute() waits for the run_remote calls before it.
+
+        Args:
+            fn: the function (cloudpickled, as for `run`).
+            args: positional arguments.
+            kwargs: keyword arguments.
+
+        Returns:
+            list: one ray.ObjectRef per worker, in rank order; ray.get gives that rank's return value, or raises
+            (a RayTaskError whose message names the rank that raised, with its traceback).
+
+        Raises:
+            RuntimeError: the executor is not started.
+        """
+        if self._job is None:
+            raise RuntimeError("tfring.ray: the executor is not started (call start() first)")
+        if self._remote is None:
+            from tfring.ray._remote import Mailbox
+            self._remote = (Mailbox.remote(self.num_workers), concurrent.futures.ThreadPoolExecutor(1),
+                            itertools.count(), [])
+        mailbox, thread, counter, pending = self._remote
+        seq = next(counter)
+        refs = [mailbox.get.remote(seq, rank) for rank in range(self.num_workers)]
+        call = (fn, tuple(args or ()), dict(kwargs or {}))
+
+        def go():
+            try:
+                outcome = (True, self._call(*call))
+            except Exception as e:  # the refs raise it; the executor's own state is as after a failed run()
+                outcome = (False, "%s: %s" % (type(e).__name__, e))
+            mailbox.put.remote(seq, *outcome)
+        pending[:] = [f for f in pending if not f.done()] + [thread.submit(go)]
+        return refs
+
+    def _after_remote_calls(self):
+        if self._remote is not None:
+            concurrent.futures.wait(self._remote[3])
+
     def run(self, fn, args=None, kwargs=None):
         """Runs fn(*args, **kwargs) on every worker, in its rank process (state persists between calls).
 
@@ -273,6 +317,7 @@ class RayExecutor:
                 did not return soon after, the job is broken: later calls fail at once (shutdown() and start again).
             RuntimeError: a worker died, or the job is broken.
         """
+        self._after_remote_calls()
         return self._call(fn, tuple(args or ()), dict(kwargs or {}))
 
     def execute(self, fn):
@@ -287,6 +332,7 @@ class RayExecutor:
         Raises:
             RankError, RuntimeError: as for `run`.
         """
+        self._after_remote_calls()
         return self._call(_rank.apply, (fn,))
 
     def execute_single(self, fn):
@@ -301,6 +347,7 @@ class RayExecutor:
         Raises:
             RankError, RuntimeError: as for `run`.
         """
+        self._after_remote_calls()
         return self._call(_rank.apply_single, (fn,))[0]
 
     def worker_info(self):
@@ -320,6 +367,10 @@ class RayExecutor:
         """
         import ray
         timeout = self.settings.timeout_s
+        if self._remote is not None:  # calls still queued end with the job below (their refs raise)
+            self._remote[1].shutdown(wait=False, cancel_futures=True)
+            ray.kill(self._remote[0], no_restart=True)
+            self._remote = None
         if self._job is not None:
             # Worker 0 runs mpirun: once its slot has ended no exit report can come, and the actors die below anyway.
             launcher_done = bool(self._serving) and bool(ray.wait(self._serving[:1], timeout=0)[0])
