@@ -212,6 +212,16 @@ def test_run_remote_returns_refs_in_rank_order_and_keeps_the_call_order(executor
     assert ray.get(executor.run_remote(lambda: "after"), timeout=60) == ["after", "after"]
 
 
+def test_run_remote_answers_more_waiting_refs_than_rays_default_concurrency(cluster):
+    """1,100 refs waiting at once (Ray's async-actor default is 1,000 concurrent calls) are all answered."""
+    from tfring.ray._remote import Mailbox
+    box = Mailbox.remote(1100)
+    refs = [box.get.remote(0, rank) for rank in range(1100)]
+    box.put.remote(0, True, list(range(1100)))
+    assert ray.get(refs, timeout=120) == list(range(1100))
+    ray.kill(box)
+
+
 def test_shutdown_leaves_no_process(executor):
     pids = executor.run(lambda: __import__("os").getpid())
     infos = executor.worker_info()

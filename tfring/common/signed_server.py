@@ -167,7 +167,8 @@ class DriverServer:
             self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
                                             name="tfring-" + self.name.replace(" ", "-"))
             self._thread.start()
-            ready.wait(10)
+            if not ready.wait(10):
+                raise TimeoutError("DriverServer %s: the server thread did not start within 10 s" % self.name)
             if self._failed is not None:
                 raise self._failed
         return self

@@ -5,7 +5,9 @@ once every rank's ref has been answered."""
 import ray
 
 
-@ray.remote(num_cpus=0)
+# Every ref is a get() waiting on the actor's one event loop; Ray's default of 1000 concurrent calls would let
+# waiting gets starve the put() that answers them (64 workers x 16 queued calls). Waiting coroutines are cheap.
+@ray.remote(num_cpus=0, max_concurrency=1 << 20)
 class Mailbox:
     """Per call (seq): every rank's value, or the call's error, handed to each waiting ref."""
 

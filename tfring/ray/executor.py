@@ -203,6 +203,7 @@ class RayExecutor:
         from tfring.runner.slots import SlotJob
         if self.workers:
             raise RuntimeError("tfring.ray: start() was already called (call shutdown() first)")
+        self._failed = None  # a failure of the previous job (shutdown() then start() again) is not this job's
         began = time.monotonic()
         try:
             self._place()
@@ -291,7 +292,7 @@ class RayExecutor:
         def go():
             try:
                 outcome = (True, self._call(*call))
-            except Exception as e:  # the refs raise it; the executor's own state is as after a failed run()
+            except BaseException as e:  # the refs raise it; the executor's own state is as after a failed run()
                 outcome = (False, "%s: %s" % (type(e).__name__, e))
             mailbox.put.remote(seq, *outcome)
         pending[:] = [f for f in pending if not f.done()] + [thread.submit(go)]
@@ -367,10 +368,9 @@ class RayExecutor:
         """
         import ray
         timeout = self.settings.timeout_s
-        if self._remote is not None:  # calls still queued end with the job below (their refs raise)
-            self._remote[1].shutdown(wait=False, cancel_futures=True)
-            ray.kill(self._remote[0], no_restart=True)
-            self._remote = None
+        remote, self._remote = self._remote, None
+        if remote is not None:  # queued calls are dropped; the running one ends with the job below
+            remote[1].shutdown(wait=False, cancel_futures=True)
         if self._job is not None:
             # Worker 0 runs mpirun: once its slot has ended no exit report can come, and the actors die below anyway.
             launcher_done = bool(self._serving) and bool(ray.wait(self._serving[:1], timeout=0)[0])
@@ -378,6 +378,9 @@ class RayExecutor:
             if self._serving:
                 ray.wait(list(self._serving), num_returns=len(self._serving), timeout=min(timeout, 15.0))
             self._job.close()
+        if remote is not None:  # its thread must not touch the executor's state after the reset below
+            concurrent.futures.wait(remote[3], timeout=min(timeout, 30.0))
+            ray.kill(remote[0], no_restart=True)
         for worker in self.workers:  # a slot still serving ends with its process: PR_SET_PDEATHSIG stops mpirun
             ray.kill(worker, no_restart=True)
         if self._own_group and self.placement_group is not None:

@@ -162,7 +162,9 @@ class SlotJob(SlotService):
                     len(self._slots), self.num_slots, timeout, sorted(self._slots) or "none", self.num_slots))
         self._wait(lambda: len(self._slots) == self.num_slots, deadline, alive, expired)
         # The launch ack's own deadline (LAUNCH_ACK) is enforced by _check.
-        self._wait(lambda: self._launch_acked, float("inf"), alive, None)
+        self._wait(lambda: self._launch_acked or self._stopping, float("inf"), alive, None)
+        if not self._launch_acked:
+            raise RuntimeError("tfring: the job was stopped before slot 0 took it")
 
     def slot_of(self, rank):
         """The slot a rank belongs to (on a host, the ranks take that host's slots in local rank order).
@@ -224,7 +226,6 @@ class SlotJob(SlotService):
                 slot registered yet (call `wait_ready` first).
         """
         _seconds("timeout", timeout, none=True)
-        deadline = time.monotonic() + timeout if timeout is not None else float("inf")
         payload = encode((fn, tuple(args), dict(kwargs or {})))
         with self._cond:
             self._check()  # a slot already lost: fail at once
@@ -237,6 +238,8 @@ class SlotJob(SlotService):
             seq = self._seq
             self._calls[seq] = payload
             self._cond.notify_all()
+        # From the posting on: a previous call's settling (up to SETTLE) must not use up this call's time.
+        deadline = time.monotonic() + timeout if timeout is not None else float("inf")
         state = {}
 
         def answered():  # under the lock

@@ -239,6 +239,7 @@ class SlotService:
         if not isinstance(ok, bool) or not isinstance(value, str):
             raise BadRequest("ok/value: expected a boolean and a string")
         with self._cond:
-            self._results.setdefault(seq, {})[rank] = (ok, value)
-            self._cond.notify_all()
+            if seq in self._calls:  # a retry after the call completed (its reply was lost) is acknowledged, dropped
+                self._results.setdefault(seq, {})[rank] = (ok, value)
+                self._cond.notify_all()
         return {}
