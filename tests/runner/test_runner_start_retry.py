@@ -65,3 +65,15 @@ def test_real_job_through_tfringrun_is_not_started_twice(tmp_path):
                           env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert proc.returncode == 3, proc.stdout
     assert proc.stdout.count("<stdout>:ran 0") == 1 and proc.stdout.count("<stdout>:ran 1") == 1, proc.stdout
+
+
+def test_a_lost_host_is_named_from_either_of_prrtes_reports():
+    """The elastic driver blacklists the host mpirun's report names; a daemon that never reported back (a restart
+    after a cut link) is reported as "Remote host: H", not "on node H" (it was "unknown", and the restart looped)."""
+    from tfring.runner.output import lost_host
+    lost = ["ORTE has lost communication with a remote daemon.", "  HNP daemon   : [prterun-h1-1@0,0] on node h1",
+            "  Remote daemon: [prterun-h1-1@0,1] on node h2"]
+    never = ["A daemon failed to report back after being spawned. This could", "be due to several factors,",
+             "  Local host:    h1", "  Remote host:   h2", "  Daemon exit status: 1"]
+    assert lost_host(lost) == "h2" and lost_host(never) == "h2"
+    assert lost_host(["rank 1 exited"]) is None

@@ -174,7 +174,10 @@ def lost_host(untagged):
     text = " ".join(line.strip() for line in untagged)
     if "lost communication with a remote daemon" not in text and "daemon failed to report back" not in text:
         return None
-    m = re.search(r"Remote daemon:\s+\S+ on node (\S+)", text) or re.search(r"on node (\S+)", text)
+    # "lost communication" names it "Remote daemon: [...] on node H"; "failed to report back" (a daemon that never
+    # came up, e.g. on a restart after a cut link) names it "Remote host: H".
+    m = re.search(r"Remote daemon:\s+\S+ on node (\S+)", text) or re.search(r"Remote host:\s+(\S+)", text) or \
+        re.search(r"on node (\S+)", text)
     return m.group(1) if m else "unknown"
 
 
