@@ -11,6 +11,7 @@ from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built,
                                   gloo_enabled, init, is_homogeneous, is_initialized, knob_table, local_rank,
                                   local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
                                   rocm_built, shutdown, size, start_timeline, stop_timeline, tunables)
+from tfring.common.monitor import label_tensor, mark_step, metrics, straggler  # noqa: F401
 from tfring.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from tfring.tensorflow import _library
 
@@ -41,4 +42,4 @@ __all__ = [  # Horovod's horovod.tensorflow names (also `import tfring as hvd`'s
     "grouped_reducescatter", "handle_average_backwards_compatibility", "init", "is_homogeneous", "is_initialized",
     "join", "knob_table", "local_rank", "local_rank_op", "local_size", "local_size_op", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "nccl_built", "process_set_included_op", "rank", "rank_op", "reducescatter",
-    "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline", "tunables"]
+    "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline", "tunables", "label_tensor", "mark_step", "metrics", "straggler"]

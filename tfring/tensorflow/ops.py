@@ -8,7 +8,7 @@ from tfring.common.process_sets import process_set_id_of, process_set_of
 from tfring.common.reduce_ops import (Adasum, Average, Max, Min, Product, ReduceOp, Sum,  # noqa: F401
                                       check_num_rank_power_of_2, handle_average_backwards_compatibility)
 from tfring.common.reduce_ops import NAMES as _OP_NAMES, check_adasum, check_op, resolve_op
-from tfring.tensorflow import _graph_order, _library  # noqa: F401 (_graph_order: on import)
+from tfring.tensorflow import _graph_order, _labels, _library  # noqa: F401 (_graph_order: on import)
 from tfring.tensorflow._topology_ops import (local_rank_op, local_size_op, process_set_included_op,  # noqa: F401
                                              rank_op, size_op)
 from tfring.tensorflow.compression import Compression
@@ -70,9 +70,11 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
                process_set_id=0):
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype("allreduce", tensor, _NUMERIC)
-    return _ops().horovod_allreduce(tensor, reduce_op=op, prescale_factor=prescale_factor,
-                                    postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-                                    process_set_id=process_set_id, **_names("HorovodAllreduce", tensor, name))
+    out = _ops().horovod_allreduce(tensor, reduce_op=op, prescale_factor=prescale_factor,
+                                   postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
+                                   process_set_id=process_set_id, **_names("HorovodAllreduce", tensor, name))
+    _labels.register("HorovodAllreduce", out, name, ignore_name_scope, _labels.current())
+    return out
 
 
 def _on(device):
@@ -171,11 +173,16 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     tensors = list(tensors)
     if not tensors:
         return []
+    labels = _labels.current()
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
-        return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
-                          device_dense=device_dense, device_sparse=device_sparse, process_set=process_set,
-                          postscale_factor=postscale_factor, name=None if name is None else "%s_%d" % (name, i))
-                for i, t in enumerate(tensors)]
+        out = []
+        for i, t in enumerate(tensors):
+            with _labels.given(labels[i:i + 1] if labels else None):
+                out.append(allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
+                                     device_dense=device_dense, device_sparse=device_sparse, process_set=process_set,
+                                     postscale_factor=postscale_factor,
+                                     name=None if name is None else "%s_%d" % (name, i)))
+        return out
     compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     results = [None] * len(tensors)
     by_dtype = {}
@@ -190,6 +197,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                                                    postscale_factor=postscale_factor,
                                                    ignore_name_scope=ignore_name_scope, process_set_id=pid,
                                                    **_names("HorovodGroupedAllreduce", group[0], group_name))
+        _labels.register("HorovodGroupedAllreduce", out[0], group_name, ignore_name_scope,
+                         [labels[i] for i in idx] if labels else None)
         for i, r in zip(idx, out):
             results[i] = compression.decompress(r, compressed[i][1])
     return results

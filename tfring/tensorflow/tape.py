@@ -9,6 +9,7 @@ from tfring.common import gradient_groups
 from tfring.common.gradient_groups import communicates
 from tfring.common.process_sets import process_set_size
 from tfring.tensorflow.ops import Average, allreduce, grouped_allreduce
+from tfring.tensorflow import _labels
 
 
 def var_key(var):
@@ -158,11 +159,15 @@ class GradientReducer:
             # gradient, overlapping communication with the rest of backprop; the core still fuses those that
             # are ready in the same cycle. One grouped op would wait for the last gradient.
             for i in present:
-                out[i] = allreduce(dense(grads[i]), **kw)
+                with _labels.given([_labels.of_variable(variables[i])] if variables is not None else None):
+                    out[i] = allreduce(dense(grads[i]), **kw)
         else:
             # Eagerly, one grouped op runs every allreduce at once (separate eager ops would run one by one).
             for idx in self._split(present, keys):
-                for i, r in zip(idx, grouped_allreduce([dense(grads[i]) for i in idx], **kw)):
+                labels = [_labels.of_variable(variables[i]) for i in idx] if variables is not None else None
+                with _labels.given(labels):
+                    reduced = grouped_allreduce([dense(grads[i]) for i in idx], **kw)
+                for i, r in zip(idx, reduced):
                     out[i] = r
         n = process_set_size(self.process_set)
         if self.scale_local_gradients:

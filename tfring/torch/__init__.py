@@ -10,6 +10,7 @@ helpers, SyncBatchNorm and `elastic` (Horovod's `horovod.torch.elastic`) load on
 """
 import importlib
 
+from tfring.common.monitor import label_tensor, mark_step, metrics, straggler  # noqa: F401
 from tfring.torch.compression import Compression  # noqa: F401
 from tfring.torch.mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, Product, ProcessSet,  # noqa: F401
                                   Sum, add_process_set, allgather, allgather_async, allreduce, allreduce_,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "env.h"
+#include "labels.h"
 #include "runtime.h"
 #include "types.h"
 
@@ -108,6 +109,18 @@ const char* tfring_knob_table() {
       rows += std::string(k.name) + "|" + types[static_cast<int>(k.type)] + "|" + k.default_value + "|" + k.doc + "\n";
   }
   return rows.c_str();
+}
+
+const char* tfring_metrics() {
+  thread_local std::string summary;  // the caller copies it before its thread calls again
+  summary = Runtime::Get().monitor().Summary();
+  return summary.c_str();
+}
+
+void tfring_mark_step() { Runtime::Get().monitor().MarkStep(); }
+
+void tfring_set_tensor_label(const char* name, const char* label) {
+  if (name && label) tfring::SetTensorLabel(name, label);
 }
 
 int tfring_reduce_op(const char* name) {

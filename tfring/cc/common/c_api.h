@@ -37,4 +37,11 @@ int tfring_reduce_op(const char* name);
 // Rank 0 writes the timeline (other ranks: no-op). 0 on success, else writes the message into err.
 int tfring_start_timeline(const char* path, int mark_cycles, char* err, int err_len);
 void tfring_stop_timeline();
+// The monitor's latest JSON summary (every rank's wait, transfer, bytes, bus bandwidth; the straggler), "" before
+// the first round. Valid until this thread calls it again.
+const char* tfring_metrics();
+// A training step ended on this rank (rank 0's marks count the steps; without marks the monitor infers them).
+void tfring_mark_step();
+// Shows `label` next to collective `name` in stall reports (e.g. the variable behind a gradient).
+void tfring_set_tensor_label(const char* name, const char* label);
 }

@@ -1,5 +1,6 @@
 #include "controller.h"
 
+#include <chrono>
 #include <set>
 
 #include "logging.h"
@@ -7,7 +8,10 @@
 
 namespace tfring {
 namespace {
-constexpr uint64_t kNotShutdown = 1, kNoUncached = 2, kNotJoined = 4;
+double MonitorClock() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+constexpr uint64_t kNotShutdown = 1, kNoUncached = 2, kNotJoined = 4, kNoMonitorRound = 8;
 }
 
 Controller::Controller(Transport& transport, TensorQueue& queue, ControllerOptions options)
@@ -33,6 +37,10 @@ Status Controller::ComputeResponseList(bool shutdown, ResponseList* out) {
   TFR_RETURN_IF_ERROR(transport_.AllreduceBitAnd(&c.bits));
   const bool any_joined = !(c.bits[0] & kNotJoined);
   out->shutdown = !(c.bits[0] & kNotShutdown);
+  // Right after the AND (every rank leaves it together: the round reads its clock offsets there); the last
+  // cycle also flushes the other ranks' timeline events and the metrics.
+  if (options_.monitor && (!(c.bits[0] & kNoMonitorRound) || out->shutdown))
+    TFR_RETURN_IF_ERROR(options_.monitor->Round(transport_, out->shutdown));
   // A shutdown also goes through the coordinator, which names the rank that asked for it.
   bool need_full = !(c.bits[0] & kNoUncached) || any_joined || out->shutdown;
   need_full |= DropInvalidated(&c);
@@ -83,6 +91,7 @@ void Controller::EncodeBits(bool shutdown, Cycle* c) {
   const bool inspect = c->stall_on && coordinator_ && coordinator_->pending() > 0 && c->now - last_full_round_ >= 0.5;
   if (!c->uncached.empty() || inspect || has_proposal_) bits[0] &= ~kNoUncached;
   if (joined_) bits[0] &= ~kNotJoined;
+  if (options_.monitor && options_.monitor->WantRound(MonitorClock())) bits[0] &= ~kNoMonitorRound;
   for (const auto& kv : cached_pending_)
     if (!c->invalid.count(kv.first)) bits[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
   for (size_t w = 0; w < c->words; ++w) bits[1 + c->words + w] = ~uint64_t(0);

@@ -5,9 +5,38 @@
 #include <map>
 #include <sstream>
 
+#include "labels.h"
 #include "timeline.h"
 
 namespace tfring {
+
+std::string Coordinator::MissingRanksWaitOn(const std::vector<int>& absent, double now) {
+  // What each missing rank is blocked on itself: the oldest name it submitted that still waits here (cache hits
+  // come here too once they wait over a second). None: it is outside tfring (computing, loading data, or stuck
+  // in its own code).
+  std::ostringstream out;
+  for (int m : absent) {
+    std::string oldest;
+    for (const std::string& n : order_) {
+      auto it = table_.find(n);  // order_ may still list names completed in this Build
+      if (it == table_.end()) continue;
+      const auto& rs = it->second;
+      if (std::any_of(rs.begin(), rs.end(), [m](const Request& r) { return r.rank == m; })) {
+        oldest = n;
+        break;
+      }
+    }
+    out << "; rank " << set_.Global(m);
+    if (oldest.empty()) {
+      out << " submitted no collective that is waiting (it is busy outside tfring)";
+      continue;
+    }
+    const std::string label = TensorLabel(oldest);
+    out << " waits itself on '" << oldest << "'" << (label.empty() ? "" : " (" + label + ")") << " since "
+        << static_cast<int>(now - first_seen_[oldest]) << " s";
+  }
+  return out.str();
+}
 
 void Coordinator::InspectStalls(const std::vector<std::string>& waiting, ResponseList* out) {
   if (!stall_.clock || (stall_.warn_seconds <= 0 && stall_.shutdown_seconds <= 0)) return;
@@ -24,14 +53,17 @@ void Coordinator::InspectStalls(const std::vector<std::string>& waiting, Respons
     std::vector<bool> present(size_, false);
     for (const Request& r : reqs) present[r.rank] = true;
     std::ostringstream ready, missing;
+    std::vector<int> absent;
     for (int i = 0; i < size_; ++i) {
       std::ostringstream& os = present[i] || joined_[i] ? ready : missing;
       os << (os.tellp() > 0 ? "," : "") << set_.Global(i);
+      if (!present[i] && !joined_[i]) absent.push_back(i);
     }
+    const std::string label = TensorLabel(name);
     std::ostringstream line;
-    line << "tensor '" << name << "' (" << OpTypeName(reqs[0].op) << ")" << set_.Where() << " waited "
-         << static_cast<int>(age) << " s: submitted by ranks [" << ready.str() << "], missing ranks [" << missing.str()
-         << "]";
+    line << "tensor '" << name << "' (" << OpTypeName(reqs[0].op) << (label.empty() ? "" : ", " + label) << ")"
+         << set_.Where() << " waited " << static_cast<int>(age) << " s: submitted by ranks [" << ready.str()
+         << "], missing ranks [" << missing.str() << "]" << MissingRanksWaitOn(absent, now);
     if (warn) {
       report << (report.tellp() > 0 ? "; " : "") << line.str();
       last_warned_[name] = now;

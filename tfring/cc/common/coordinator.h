@@ -32,6 +32,7 @@ class Coordinator {
  private:
   // Warns about (and past the shutdown time, fails) names some ranks submitted long ago and others never did.
   void InspectStalls(const std::vector<std::string>& waiting, ResponseList* out);
+  std::string MissingRanksWaitOn(const std::vector<int>& absent, double now);
 
   int size_;
   std::vector<bool> joined_;

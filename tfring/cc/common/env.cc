@@ -92,9 +92,27 @@ const std::vector<Knob>& KnobTable() {
       Bool("TFRING_STALL_CHECK_DISABLE", "0", &Settings::stall_check_disable,
            "1 turns the stall inspector off (no warnings, no shutdown deadline)."),
       String("TFRING_TIMELINE", "", &Settings::timeline_path,
-             "Path of a Chrome-trace JSON timeline written by rank 0 (open it in Perfetto or chrome://tracing)."),
+             "Path of a Chrome-trace JSON timeline written by rank 0 with a process per rank, clocks aligned (open "
+             "it in Perfetto or chrome://tracing)."),
       Bool("TFRING_TIMELINE_MARK_CYCLES", "0", &Settings::timeline_mark_cycles,
            "1 adds a mark for every background-thread cycle."),
+      Bool("TFRING_TIMELINE_RANK0_ONLY", "0", &Settings::timeline_rank0_only,
+           "1: the timeline holds rank 0's events only (Horovod's form); other ranks record nothing."),
+      Bool("TFRING_STRAGGLER_CHECK", "1", &Settings::straggler_check,
+           "1: rank 0 logs one line naming a rank the others persistently wait for, and how long per step."),
+      Double("TFRING_STRAGGLER_MIN_MS", "5", 0, kNoMax, &Settings::straggler_min_ms,
+             "Milliseconds per step the others must wait for a rank (and at least 10 % of a step) before it is "
+             "named a straggler."),
+      Double("TFRING_STRAGGLER_WARN_SECONDS", "60", 0, kNoMax, &Settings::straggler_warn_seconds,
+             "Seconds between two straggler warnings about the same rank."),
+      Int("TFRING_STRAGGLER_STEPS", "20", 1, 1e9, &Settings::straggler_steps,
+          "Steps of evidence behind a straggler verdict (it must also be last in each of the last 3 rounds)."),
+      Double("TFRING_MONITOR_INTERVAL_SECONDS", "1", 0.01, kNoMax, &Settings::monitor_interval_seconds,
+             "Longest time between two monitor rounds (per-rank statistics gathered at rank 0; also every 5 "
+             "steps), and between two lines of the metrics file."),
+      String("TFRING_METRICS_FILE", "", &Settings::metrics_file,
+             "Path where rank 0 writes a JSON line of every rank's metrics (wait, transfer, bytes, bus bandwidth, "
+             "straggler) at most once per TFRING_MONITOR_INTERVAL_SECONDS (launcher: --metrics-file)."),
       Int("TFRING_MPI_MAX_COUNT", "2147483647", 1, 2147483647, &Settings::mpi_max_count,
           "Largest count per MPI call (MPI counts are int). Allreduce/broadcast are chunked to it; allgather, "
           "alltoall and reducescatter beyond it fail clearly. Lowering it only serves to test those paths."),

@@ -23,6 +23,17 @@ int64_t PayloadBytes(const Response& r) {
   return n * DataTypeSize(r.dtype);
 }
 
+// The bytes this rank's entries of a collective hold (allgather: what it received), for the monitor.
+int64_t LocalBytes(OpType op, const std::vector<TensorEntry*>& entries) {
+  int64_t n = 0;
+  for (const TensorEntry* e : entries) {
+    if (!e) continue;
+    const auto& t = op == OpType::ALLGATHER ? e->output : e->input;
+    if (t) n += t->size_bytes();
+  }
+  return n;
+}
+
 constexpr std::chrono::microseconds kIdleWait(100000);
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -54,7 +65,16 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
   controller_options_.stall.warn_seconds = settings_.stall_check_seconds;
   controller_options_.stall.shutdown_seconds = settings_.stall_shutdown_seconds;
   controller_options_.stall.clock = Now;
-  backend_->SetTimeline(topology_.rank == 0 ? &timeline_ : nullptr);
+  backend_->SetTimeline(&timeline_);
+  MonitorOptions monitor;
+  monitor.stragglers = settings_.straggler_check;
+  monitor.straggler_min_ms = settings_.straggler_min_ms;
+  monitor.warn_seconds = settings_.straggler_warn_seconds;
+  monitor.straggler_steps = settings_.straggler_steps;
+  monitor.interval_seconds = settings_.monitor_interval_seconds;
+  monitor.metrics_file = settings_.metrics_file;
+  std::string monitor_error;
+  const bool monitor_ok = monitor_.Configure(monitor, topology_.rank, topology_.size, &timeline_, &monitor_error);
   std::vector<int> everyone(topology_.size);
   for (int i = 0; i < topology_.size; ++i) everyone[i] = i;
   sets_.Clear();
@@ -64,6 +84,8 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
                         ? Status::OK()
                         : StartTimeline(settings_.timeline_path, settings_.timeline_mark_cycles);
   TFR_RETURN_IF_ERROR(AllAgree(timeline, "open the timeline file"));
+  TFR_RETURN_IF_ERROR(
+      AllAgree(monitor_ok ? Status::OK() : Status::InvalidArgument(monitor_error), "open the metrics file"));
   TFR_RETURN_IF_ERROR(CreateStaticSets(static_sets));
   fusion_threshold_ = settings_.fusion_threshold_bytes;
   cycle_time_ms_ = settings_.cycle_time_ms;
@@ -126,8 +148,8 @@ Status Runtime::CheckReady() const {
 }
 
 Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
-  if (topology_.rank != 0) return Status::OK();
-  if (!timeline_.Start(path, mark_cycles))
+  if (topology_.rank != 0 && settings_.timeline_rank0_only) return Status::OK();
+  if (!timeline_.Start(path, mark_cycles, topology_.rank))
     return Status::InvalidArgument("tfring: cannot open the timeline file '" + path + "' for writing");
   return Status::OK();
 }
@@ -141,6 +163,8 @@ void Runtime::Enqueue(std::vector<TensorEntry> entries, int process_set_id) {
   if (s.ok()) s = CheckMember(process_set_id, set.get());
   if (s.ok() && timeline_.enabled())
     for (const auto& e : entries) timeline_.NegotiateStart(e.request.name, OpTypeName(e.request.op));
+  const double now = Now();
+  for (auto& e : entries) e.submitted = now;
   for (const auto& e : entries) TFR_LOG(TFR_TRACE, "enqueue " << e.request.name);
   for (auto& e : entries) {
     if (!s.ok()) break;
@@ -262,10 +286,13 @@ bool Runtime::Cycle(ProcessSet& set, bool shutdown, ResponseList* list) {
     TFR_LOG(TFR_DEBUG, "settings from rank 0: fusion " << fusion_threshold_ << " B, cycle " << cycle_time_ms_ << " ms");
   }
   int64_t bytes = 0;
+  const double decided = Now();
+  cycle_oldest_ = decided;
   for (const Response& r : PlanFusion(std::move(list->responses), fusion_threshold_)) {
     if (autotuner_) bytes += PayloadBytes(r);  // only the autotuner reads it
     Perform(set, r);
   }
+  monitor_.OnWait(cycle_oldest_, decided);
   if (autotuner_ && set.id == 0) {
     autotuner_->Record(bytes, Now());
     TunedParams next;
@@ -278,7 +305,10 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
   std::vector<TensorEntry> taken(response.names.size());
   std::vector<TensorEntry*> entries(response.names.size(), nullptr);
   for (size_t i = 0; i < response.names.size(); ++i)
-    if (set.queue->Take(response.names[i], &taken[i])) entries[i] = &taken[i];
+    if (set.queue->Take(response.names[i], &taken[i])) {
+      entries[i] = &taken[i];
+      cycle_oldest_ = std::min(cycle_oldest_, taken[i].submitted);
+    }
   Status status;
   if (response.kind == Response::ERROR) {
     status = Status(static_cast<StatusCode>(response.error_code), response.error);
@@ -297,9 +327,14 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
     for (auto* e : entries)
       if (e && e->join_result) *e->join_result = id;
   } else {
-    TimelineActivity activity(&timeline_, response.names, "EXECUTE");
-    set.backend->SetHierarchical(hierarchical_);  // rank 0's setting, identical on every rank at this point
-    status = set.backend->Execute(response, entries);
+    const double start = Now();
+    {
+      TimelineActivity activity(&timeline_, response.names, "EXECUTE");
+      set.backend->SetHierarchical(hierarchical_);  // rank 0's setting, identical on every rank at this point
+      status = set.backend->Execute(response, entries);
+    }
+    if (status.ok()) monitor_.OnExecuted(response.names, response.op, LocalBytes(response.op, entries),
+                                         static_cast<int>(set.ranks.size()), Now() - start);
   }
   if (!status.ok()) TFR_LOG(TFR_DEBUG, "collective failed: " << status.message());
   if (status.code() == StatusCode::WORKERS_FAILED) OnWorkerFailure(status);

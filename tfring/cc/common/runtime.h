@@ -9,6 +9,7 @@
 #include "autotune.h"
 #include "controller.h"
 #include "env.h"
+#include "monitor.h"
 #include "ops/backend.h"
 #include "ops/gpu_backend.h"
 #include "process_set.h"
@@ -42,9 +43,10 @@ class Runtime {
   // Adds (ranks) or removes (remove_id >= 0) a process set; every rank must call it alike. Blocks until done;
   // *id: the new set's id, the removed id, or -1 if the set already exists / does not exist.
   Status ChangeProcessSet(const std::vector<int>& ranks, int remove_id, int* id);
-  // Rank 0 writes the timeline; on other ranks these are no-ops.
+  // Rank 0 writes the timeline; other ranks record their events for it (unless TFRING_TIMELINE_RANK0_ONLY).
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
+  Monitor& monitor() { return monitor_; }
 
  private:
   Runtime() = default;
@@ -81,6 +83,8 @@ class Runtime {
   ControllerOptions controller_options_;
   std::thread thread_;
   Timeline timeline_;
+  Monitor monitor_;
+  double cycle_oldest_ = 0;  // this cycle's oldest local submission among executed entries (background thread)
   // Current values of the tunable knobs (the settings' values unless autotune changed them); background thread.
   std::atomic<int64_t> fusion_threshold_{0};
   std::atomic<double> cycle_time_ms_{0};

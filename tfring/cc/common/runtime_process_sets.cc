@@ -28,8 +28,8 @@ Status Runtime::CreateSet(int id, const std::vector<int>& ranks) {
     set->queue.reset(new TensorQueue(signal_));
     ControllerOptions options = controller_options_;
     options.set = set->label();
-    // Rank 0 writes the timeline: it records the negotiations it coordinates (sets whose first rank it is).
-    options.timeline = topology_.rank == 0 && ranks[0] == 0 ? &timeline_ : nullptr;
+    options.timeline = &timeline_;  // every rank records its side (rank 0 writes them all)
+    options.monitor = id == 0 ? &monitor_ : nullptr;
     set->controller.reset(new Controller(set->backend->transport(), *set->queue, options));
   }
   sets_.Put(std::move(set));

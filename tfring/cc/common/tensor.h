@@ -38,6 +38,7 @@ struct TensorEntry {
   int extra_output_index = -1;     // alltoall's received_splits output
   int32_t* join_result = nullptr;  // join: where to write the last rank to join
   StatusCallback callback;
+  double submitted = 0;  // steady-clock seconds at Enqueue (the monitor's waiting time starts here)
   // GPU tensors (request.device >= 0): the framework's stream that produces the input, and the event the
   // GPU backend records on it at enqueue (its own stream waits on that event, never the host).
   void* gpu_stream = nullptr;

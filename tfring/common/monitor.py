@@ -1,0 +1,61 @@
+"""What the job is doing, from the core's monitor: every rank's time waiting in collectives, transfer time,
+bytes reduced and bus bandwidth, and the rank the others wait for (a straggler). Rank 0 gathers every rank's
+numbers in the monitor's rounds (every 5 steps or TFRING_MONITOR_INTERVAL_SECONDS) and broadcasts a summary, so
+`metrics()` returns the same job-wide view on every rank. See docs/observability.md."""
+import ctypes
+import json
+
+from tfring.common import library as _lib
+from tfring.common.topology import is_initialized
+
+
+def _core():
+    c = _lib.core()
+    if not getattr(c, "_monitor_declared", False):
+        c.tfring_metrics.restype = ctypes.c_char_p
+        c.tfring_set_tensor_label.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        c._monitor_declared = True
+    return c
+
+
+def metrics():
+    """The latest monitor round's summary, identical on every rank.
+
+    Returns:
+        dict or None (before the first round, or when tfring is not initialized): `steps`, `seconds` and
+        `step_ms` of the round; `ranks`, one dict per rank with `wait_ms` (time something it submitted waited
+        for the other ranks), `wait_ms_per_step`, `transfer_ms`, `bytes_reduced`, `collectives`, `busbw_gbps`
+        and `total` (the same since init); `slowest` (the rank the others waited for most, and how long per step)
+        and `straggler` (the same once it persists beyond the threshold: what the warning names; else None).
+    """
+    if not is_initialized():
+        return None
+    raw = _core().tfring_metrics()
+    return json.loads(raw.decode()) if raw else None
+
+
+def straggler():
+    """The rank the others persistently wait for, or None.
+
+    Returns:
+        dict or None: `rank`, `waited_ms_per_step` and `steps` (the evidence), as in `metrics()["straggler"]`.
+    """
+    m = metrics()
+    return m["straggler"] if m else None
+
+
+def mark_step():
+    """Says a training step ended on this rank. Optional: without marks, the monitor counts how often the most
+    frequent collective ran (each gradient is reduced once per step). The Keras callback marks every batch."""
+    if is_initialized():
+        _core().tfring_mark_step()
+
+
+def label_tensor(name, label):
+    """Shows `label` next to the collective `name` in stall reports.
+
+    Args:
+        name: the collective's negotiated name.
+        label: what the user calls it, e.g. "gradient of dense_1/kernel".
+    """
+    _core().tfring_set_tensor_label(str(name).encode(), str(label).encode())

@@ -1,0 +1,59 @@
+"""Which variable a gradient collective belongs to, for stall reports: the tape and the optimizers set labels
+for the collectives they are about to create, and the collective wrappers register them under the name the
+core negotiates (graph: the node name; eager: the given name, else the op type), once per name."""
+import contextlib
+import threading
+
+import tensorflow as tf
+
+from tfring.common.monitor import label_tensor
+
+_ctx = threading.local()
+_registered = {}
+
+
+def of_variable(var):
+    """The label of var's gradient."""
+    return "gradient of %s" % (getattr(var, "path", None) or getattr(var, "name", None) or "a variable")
+
+
+@contextlib.contextmanager
+def given(labels):
+    """Labels (a list parallel to the next collective's tensors; None entries: no label) while inside."""
+    old = getattr(_ctx, "labels", None)
+    _ctx.labels = labels
+    try:
+        yield
+    finally:
+        _ctx.labels = old
+
+
+def current():
+    """The labels set by `given`, or None."""
+    return getattr(_ctx, "labels", None)
+
+
+def register(op_type, result, given_name, ignore_name_scope, labels):
+    """Registers labels for one collective op's tensors.
+
+    Args:
+        op_type: the op's type (its eager name when unnamed).
+        result: one output of the op (its graph node names the collective).
+        given_name: the name the caller gave (None: derived).
+        ignore_name_scope: as passed to the op.
+        labels: one per tensor of the op, or None.
+    """
+    if not labels or not any(labels):
+        return
+    if not tf.executing_eagerly():
+        base = result.op.name
+        if ignore_name_scope:
+            base = base.rsplit("/", 1)[-1]
+    else:
+        base = given_name or op_type
+    for i, label in enumerate(labels):
+        name = base if len(labels) == 1 else "%s_%d" % (base, i)
+        if label and _registered.get(name) != label:
+            _registered[name] = label
+            label_tensor(name, label)
+
