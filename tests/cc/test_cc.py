@@ -7,7 +7,7 @@ from conftest import ROOT
 
 CORE = ["types", "message", "env", "logging", "tensor_queue", "response_cache", "response_builder", "coordinator",
         "controller",
-        "fusion", "timeline", "completion_queue", "autotune"]
+        "fusion", "timeline", "completion_queue", "autotune", "labels", "monitor"]
 
 
 def test_core_unit_tests(tmp_path):

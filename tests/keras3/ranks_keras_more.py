@@ -129,6 +129,24 @@ def test_learning_rate_schedule_callback_sets_each_epochs_rate():
     np.testing.assert_allclose(seen, [0.4, 0.2, 0.1], rtol=1e-6)
 
 
+def test_metrics_callback_puts_the_jobs_numbers_in_every_ranks_logs():
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    x, y = data(12, B, seed=R)
+    history = model.fit(x, y, batch_size=B, epochs=2, shuffle=False, verbose=0,
+                        callbacks=[hvd.callbacks.MetricsCallback()]).history
+    keys = ["tfring_wait_ms", "tfring_max_wait_ms", "tfring_busbw_gbps", "tfring_straggler", "tfring_straggler_ms"]
+    for k in keys + ["tfring_step_ms"]:
+        assert len(history[k]) == 2 and all(np.isfinite(history[k])), (k, history)
+    assert all(v > 0 for v in history["tfring_step_ms"]) and history["tfring_straggler"] == [-1.0, -1.0]
+    # One job-wide summary: every rank logs the same numbers (the step time is each rank's own).
+    everyone = hvd.allgather_object([history[k][-1] for k in keys])
+    assert all(v == everyone[0] for v in everyone), everyone
+    m = hvd.metrics()
+    assert m["size"] == N and [r["rank"] for r in m["ranks"]] == list(range(N))
+    assert all(r["total"]["collectives"] > 0 and r["total"]["bytes_reduced"] > 0 for r in m["ranks"]), m
+
+
 def _bn_model(layer_cls, seed=0):
     keras.utils.set_random_seed(seed)
     return keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), layer_cls(momentum=0.5),

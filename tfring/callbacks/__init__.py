@@ -7,3 +7,4 @@ from tfring.callbacks.best_checkpoint import BestModelCheckpoint
 from tfring.callbacks.broadcast import BroadcastGlobalVariablesCallback
 from tfring.callbacks.lr_schedule import LearningRateScheduleCallback, LearningRateWarmupCallback
 from tfring.callbacks.metric_average import MetricAverageCallback
+from tfring.callbacks.metrics import MetricsCallback

@@ -22,6 +22,7 @@ else:
     from tfring.keras.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from tfring.keras._functions import (allgather, allreduce, broadcast, broadcast_global_variables,  # noqa: F401,E402
                                      load_model, reducescatter)
+from tfring.common.monitor import label_tensor, mark_step, metrics, straggler  # noqa: F401,E402
 
 
 def __getattr__(name):

@@ -119,8 +119,16 @@ def build_parser():
                    help="a blacklisted host comes back after a random MIN..MAX seconds (default: never)")
 
     g = p.add_argument_group("timeline arguments")
-    g.add_argument("--timeline-filename", help="Chrome-trace JSON timeline written by rank 0")
+    g.add_argument("--timeline-filename", help="Chrome-trace JSON timeline of every rank, written by rank 0")
     _pair(g, "--timeline-mark-cycles", "--no-timeline-mark-cycles", "timeline_mark_cycles", "mark cycles")
+    _pair(g, "--timeline-rank0-only", "--no-timeline-rank0-only", "timeline_rank0_only",
+          "record rank 0's events only (Horovod's timeline)")
+
+    g = p.add_argument_group("monitoring arguments")
+    g.add_argument("--metrics-file", help="rank 0 writes every rank's metrics there as JSON lines (wait, transfer, "
+                   "bytes, bus bandwidth, straggler), at most once per TFRING_MONITOR_INTERVAL_SECONDS")
+    _pair(g, "--no-straggler-check", "--straggler-check", "no_straggler_check",
+          "do not warn about stragglers (the metrics still name them)")
 
     g = p.add_argument_group("stall check arguments")
     _pair(g, "--no-stall-check", "--stall-check", "no_stall_check", "disable the stall inspector")

@@ -42,4 +42,5 @@ __all__ = [  # Horovod's horovod.tensorflow names (also `import tfring as hvd`'s
     "grouped_reducescatter", "handle_average_backwards_compatibility", "init", "is_homogeneous", "is_initialized",
     "join", "knob_table", "local_rank", "local_rank_op", "local_size", "local_size_op", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "nccl_built", "process_set_included_op", "rank", "rank_op", "reducescatter",
-    "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline", "tunables", "label_tensor", "mark_step", "metrics", "straggler"]
+    "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline", "tunables",
+    "label_tensor", "mark_step", "metrics", "straggler"]

@@ -12,7 +12,7 @@ double MonitorClock() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 constexpr uint64_t kNotShutdown = 1, kNoUncached = 2, kNotJoined = 4, kNoMonitorRound = 8;
-}
+}  // namespace
 
 Controller::Controller(Transport& transport, TensorQueue& queue, ControllerOptions options)
     : transport_(transport), queue_(queue), cache_(options.cache_capacity), options_(std::move(options)) {

@@ -22,7 +22,7 @@ struct ControllerOptions {
                                  // min(1 s, warn time) so the coordinator can see (and report) them
   Timeline* timeline = nullptr;  // rank 0's, or null
   SetLabel set;                  // the process set this controller negotiates for (messages name it)
-  Monitor* monitor = nullptr;     // the global set's: its rounds ride on this set's cycles
+  Monitor* monitor = nullptr;    // the global set's: its rounds ride on this set's cycles
 };
 
 class Controller {

@@ -10,30 +10,31 @@
 
 namespace tfring {
 
-std::string Coordinator::MissingRanksWaitOn(const std::vector<int>& absent, double now) {
-  // What each missing rank is blocked on itself: the oldest name it submitted that still waits here (cache hits
-  // come here too once they wait over a second). None: it is outside tfring (computing, loading data, or stuck
+std::string Coordinator::Described(const std::string& name) {
+  const std::string label = TensorLabel(name);
+  return "'" + name + "'" + (label.empty() ? "" : " (" + label + ")");
+}
+
+std::string Coordinator::WaitsOn(const std::vector<std::string>& waiting, const std::vector<int>& ranks, double now) {
+  // What each missing rank is blocked on itself: the oldest name it submitted that still waits here (its cache
+  // hits come here too once they wait a second). None: it is outside tfring (computing, loading data, or stuck
   // in its own code).
   std::ostringstream out;
-  for (int m : absent) {
+  for (int m : ranks) {
     std::string oldest;
-    for (const std::string& n : order_) {
-      auto it = table_.find(n);  // order_ may still list names completed in this Build
-      if (it == table_.end()) continue;
-      const auto& rs = it->second;
+    for (const std::string& n : waiting) {  // first-arrival order
+      const auto& rs = table_[n];
       if (std::any_of(rs.begin(), rs.end(), [m](const Request& r) { return r.rank == m; })) {
         oldest = n;
         break;
       }
     }
     out << "; rank " << set_.Global(m);
-    if (oldest.empty()) {
+    if (oldest.empty())
       out << " submitted no collective that is waiting (it is busy outside tfring)";
-      continue;
-    }
-    const std::string label = TensorLabel(oldest);
-    out << " waits itself on '" << oldest << "'" << (label.empty() ? "" : " (" + label + ")") << " since "
-        << static_cast<int>(now - first_seen_[oldest]) << " s";
+    else
+      out << " waits itself on " << Described(oldest) << " since " << static_cast<int>(now - first_seen_[oldest])
+          << " s";
   }
   return out.str();
 }
@@ -41,7 +42,11 @@ std::string Coordinator::MissingRanksWaitOn(const std::vector<int>& absent, doub
 void Coordinator::InspectStalls(const std::vector<std::string>& waiting, ResponseList* out) {
   if (!stall_.clock || (stall_.warn_seconds <= 0 && stall_.shutdown_seconds <= 0)) return;
   const double now = stall_.clock();
+  constexpr int kListed = 8;  // tensors named in one warning; the rest are counted
   std::ostringstream report;
+  int reported = 0;
+  std::vector<bool> reported_missing(size_, false);
+  std::vector<std::string> failed;
   for (const std::string& name : waiting) {
     const double age = now - first_seen_[name];
     const bool fail = stall_.shutdown_seconds > 0 && age >= stall_.shutdown_seconds;
@@ -59,32 +64,41 @@ void Coordinator::InspectStalls(const std::vector<std::string>& waiting, Respons
       os << (os.tellp() > 0 ? "," : "") << set_.Global(i);
       if (!present[i] && !joined_[i]) absent.push_back(i);
     }
-    const std::string label = TensorLabel(name);
     std::ostringstream line;
-    line << "tensor '" << name << "' (" << OpTypeName(reqs[0].op) << (label.empty() ? "" : ", " + label) << ")"
-         << set_.Where() << " waited " << static_cast<int>(age) << " s: submitted by ranks [" << ready.str()
-         << "], missing ranks [" << missing.str() << "]" << MissingRanksWaitOn(absent, now);
+    line << "tensor " << Described(name) << " (" << OpTypeName(reqs[0].op) << ")" << set_.Where() << " waited "
+         << static_cast<int>(age) << " s: submitted by ranks [" << ready.str() << "], missing ranks [" << missing.str()
+         << "]";
     if (warn) {
-      report << (report.tellp() > 0 ? "; " : "") << line.str();
+      if (reported++ < kListed) report << (report.tellp() > 0 ? "; " : "") << line.str();
+      for (int m : absent) reported_missing[m] = true;
       last_warned_[name] = now;
     }
     if (fail) {
       Response err = BuildResponse(name, {&reqs[0]}, 0, set_);
       err.kind = Response::ERROR;
       err.error_code = static_cast<uint8_t>(StatusCode::DEADLINE_EXCEEDED);
-      err.error = "tfring: stalled collective: " + line.str() +
+      err.error = "tfring: stalled collective: " + line.str() + WaitsOn(waiting, absent, now) +
                   "; failed after TFRING_STALL_SHUTDOWN_TIME_SECONDS=" + FormatNumber(stall_.shutdown_seconds) +
                   ". Ranks must submit the same collectives (check for "
                   "rank-dependent control flow, uneven data without join(), or a rank that died or hangs).";
       out->responses.push_back(err);
-      table_.erase(name);
-      first_seen_.erase(name);
-      last_warned_.erase(name);
+      failed.push_back(name);
     }
   }
-  if (report.tellp() > 0)
+  if (reported > 0) {
+    std::vector<int> missing;
+    for (int i = 0; i < size_; ++i)
+      if (reported_missing[i]) missing.push_back(i);
     out->stall_report = "tfring stall inspector: some ranks are waiting for others: " + report.str() +
+                        (reported > kListed ? "; and " + std::to_string(reported - kListed) + " more tensors" : "") +
+                        WaitsOn(waiting, missing, now) +
                         ". (TFRING_STALL_CHECK_TIME_SECONDS=" + FormatNumber(stall_.warn_seconds) + ")";
+  }
+  for (const std::string& name : failed) {  // after the reports: they read what every rank waits on
+    table_.erase(name);
+    first_seen_.erase(name);
+    last_warned_.erase(name);
+  }
 }
 
 void Coordinator::Add(int rank, const RequestList& list) {

@@ -32,7 +32,9 @@ class Coordinator {
  private:
   // Warns about (and past the shutdown time, fails) names some ranks submitted long ago and others never did.
   void InspectStalls(const std::vector<std::string>& waiting, ResponseList* out);
-  std::string MissingRanksWaitOn(const std::vector<int>& absent, double now);
+  // "; rank R waits itself on 'name' since N s" for each of `ranks` (set ranks), from the waiting names.
+  std::string WaitsOn(const std::vector<std::string>& waiting, const std::vector<int>& ranks, double now);
+  static std::string Described(const std::string& name);  // 'name' (its label)
 
   int size_;
   std::vector<bool> joined_;

@@ -98,6 +98,9 @@ const std::vector<Knob>& KnobTable() {
            "1 adds a mark for every background-thread cycle."),
       Bool("TFRING_TIMELINE_RANK0_ONLY", "0", &Settings::timeline_rank0_only,
            "1: the timeline holds rank 0's events only (Horovod's form); other ranks record nothing."),
+      Bool("TFRING_MONITOR", "1", &Settings::monitor,
+           "0 turns the monitor off: no per-rank accounting, no straggler check, no metrics (tfring.metrics() "
+           "returns None); the timeline still gets every rank's events."),
       Bool("TFRING_STRAGGLER_CHECK", "1", &Settings::straggler_check,
            "1: rank 0 logs one line naming a rank the others persistently wait for, and how long per step."),
       Double("TFRING_STRAGGLER_MIN_MS", "5", 0, kNoMax, &Settings::straggler_min_ms,

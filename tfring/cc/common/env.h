@@ -21,18 +21,19 @@ struct Settings {
   bool stall_check_disable;
   std::string timeline_path;  // empty = no timeline
   bool timeline_mark_cycles;
-  bool timeline_rank0_only;           // Horovod's form: rank 0's events only
-  bool straggler_check;               // rank 0 warns about a rank the others persistently wait for
-  double straggler_min_ms;            // per-step cost below which no rank is named
-  double straggler_warn_seconds;      // at most one warning per rank in this time
-  int64_t straggler_steps;            // steps of evidence
-  double monitor_interval_seconds;    // longest time between monitor rounds
-  std::string metrics_file;           // rank 0's JSON lines (empty: none)
-  int64_t mpi_max_count;        // elements per MPI call; larger collectives are chunked or refused
-  double gpu_timeout_seconds;   // deadline of one GPU collective (NCCL builds)
-  bool dynamic_process_sets;    // add/remove process sets after init
-  int64_t output_cache_bytes;   // idle freed outputs kept mapped (TF binding)
-  bool hierarchical_allreduce;  // rank 0's values apply on every rank
+  bool timeline_rank0_only;         // Horovod's form: rank 0's events only
+  bool monitor;                     // per-rank accounting, rounds, metrics (0: off)
+  bool straggler_check;             // rank 0 warns about a rank the others persistently wait for
+  double straggler_min_ms;          // per-step cost below which no rank is named
+  double straggler_warn_seconds;    // at most one warning per rank in this time
+  int64_t straggler_steps;          // steps of evidence
+  double monitor_interval_seconds;  // longest time between monitor rounds
+  std::string metrics_file;         // rank 0's JSON lines (empty: none)
+  int64_t mpi_max_count;            // elements per MPI call; larger collectives are chunked or refused
+  double gpu_timeout_seconds;       // deadline of one GPU collective (NCCL builds)
+  bool dynamic_process_sets;        // add/remove process sets after init
+  int64_t output_cache_bytes;       // idle freed outputs kept mapped (TF binding)
+  bool hierarchical_allreduce;      // rank 0's values apply on every rank
   bool hierarchical_allgather;
   bool autotune;
   std::string autotune_log;

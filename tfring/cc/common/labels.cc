@@ -28,9 +28,16 @@ void SetTensorLabel(const std::string& name, const std::string& label) {
 }
 
 std::string TensorLabel(const std::string& name) {
+  // A graph's node may run under an added prefix (a function call inlined: "StatefulPartitionedCall/..."), so
+  // the name's suffixes after each '/' are tried too.
   std::lock_guard<std::mutex> lock(Mu());
-  auto it = Labels().find(name);
-  return it == Labels().end() ? std::string() : it->second;
+  for (size_t pos = 0;;) {
+    auto it = Labels().find(name.substr(pos));
+    if (it != Labels().end()) return it->second;
+    pos = name.find('/', pos);
+    if (pos == std::string::npos) return std::string();
+    ++pos;
+  }
 }
 
 }  // namespace tfring

@@ -56,7 +56,7 @@ bool Monitor::Configure(const MonitorOptions& options, int rank, int size, Timel
     summary_.clear();
   }
   configured_ = true;
-  if (rank == 0 && !options.metrics_file.empty()) {
+  if (rank == 0 && options.enabled && !options.metrics_file.empty()) {
     metrics_ = std::fopen(options.metrics_file.c_str(), "w");
     if (!metrics_) {
       *error = "tfring: cannot open the metrics file '" + options.metrics_file + "' (TFRING_METRICS_FILE) for writing";
@@ -67,6 +67,7 @@ bool Monitor::Configure(const MonitorOptions& options, int rank, int size, Timel
 }
 
 void Monitor::OnWait(double oldest_submit, double decided) {
+  if (!options_.enabled) return;
   // Union of waiting intervals: only the part after what earlier cycles already counted.
   const double from = std::max(oldest_submit, covered_until_);
   if (decided > from) window_.wait += decided - from;
@@ -75,6 +76,7 @@ void Monitor::OnWait(double oldest_submit, double decided) {
 
 void Monitor::OnExecuted(const std::vector<std::string>& names, OpType op, int64_t bytes, int set_size,
                          double seconds) {
+  if (!options_.enabled) return;
   window_.transfer += seconds;
   window_.collectives += 1;
   window_.bus_bytes += bytes * BusFactor(op, set_size);
@@ -95,8 +97,10 @@ double Monitor::Steps() const {
 
 bool Monitor::WantRound(double now) {
   if (!configured_) return false;
+  if (flush_) return true;
   const bool timeline = timeline_ && timeline_->enabled();
   if (rank_ != 0) return timeline && timeline_->buffered() >= (4u << 20);
+  if (!options_.enabled && !timeline) return false;
   if (!options_.stragglers && !metrics_ && !timeline) return false;
   const double elapsed = now - window_.start;
   return elapsed >= options_.interval_seconds || (Steps() >= kRoundSteps && elapsed >= 0.05);
@@ -126,8 +130,7 @@ Status Monitor::Collect(const std::vector<std::string>& all, std::vector<Row>* r
     std::string events;
     Row& row = (*rows)[r];
     if (!rd.Get(&sync) || !rd.Get(&s) || !rd.Get(&w) || !rd.Get(&row.wait) || !rd.Get(&row.transfer) ||
-        !rd.Get(&row.bus_bytes) || !rd.Get(&row.bytes_reduced) || !rd.Get(&row.collectives) ||
-        !rd.GetString(&events))
+        !rd.Get(&row.bus_bytes) || !rd.Get(&row.bytes_reduced) || !rd.Get(&row.collectives) || !rd.GetString(&events))
       return Status::Unknown("tfring: corrupt monitor message from rank " + std::to_string(r));
     if (r == 0) sync0 = sync, *steps = s, *wall = w;
     // Every rank read its clock right after the same AND returned: the difference is the clock offset.
@@ -186,28 +189,28 @@ void Monitor::Judge(const std::vector<Row>& rows, double steps, double wall) {
 
 std::string Monitor::Format(const std::vector<Row>& rows, double steps, double wall) const {
   const double per = steps > 0 ? steps : 1;
-  std::string j = "{\"time\":" + Num(static_cast<double>(std::time(nullptr))) + ",\"round\":" +
-                  std::to_string(rounds_) + ",\"size\":" + std::to_string(size_) + ",\"steps\":" + Num(steps) +
-                  ",\"seconds\":" + Num(wall) + ",\"step_ms\":" + (steps > 0 ? Num(1000 * wall / steps) : "null") +
+  std::string j = "{\"time\":" + Num(static_cast<double>(std::time(nullptr))) +
+                  ",\"round\":" + std::to_string(rounds_) + ",\"size\":" + std::to_string(size_) +
+                  ",\"steps\":" + Num(steps) + ",\"seconds\":" + Num(wall) +
+                  ",\"step_ms\":" + (steps > 0 ? Num(1000 * wall / steps) : "null") +
                   ",\"total_steps\":" + Num(total_steps_) + ",\"ranks\":[";
   for (size_t r = 0; r < rows.size(); ++r) {
     const Row& w = rows[r];
     const Row& t = totals_[r];
     j += std::string(r ? "," : "") + "{\"rank\":" + std::to_string(r) + ",\"wait_ms\":" + Num(1000 * w.wait) +
          ",\"wait_ms_per_step\":" + Num(1000 * w.wait / per) + ",\"transfer_ms\":" + Num(1000 * w.transfer) +
-         ",\"bytes_reduced\":" + std::to_string(w.bytes_reduced) + ",\"collectives\":" +
-         std::to_string(w.collectives) + ",\"busbw_gbps\":" +
-         Num(w.transfer > 0 ? w.bus_bytes / w.transfer / 1e9 : 0) + ",\"total\":{\"wait_s\":" + Num(t.wait) +
-         ",\"transfer_s\":" + Num(t.transfer) + ",\"bytes_reduced\":" + std::to_string(t.bytes_reduced) +
-         ",\"collectives\":" + std::to_string(t.collectives) +
+         ",\"bytes_reduced\":" + std::to_string(w.bytes_reduced) + ",\"collectives\":" + std::to_string(w.collectives) +
+         ",\"busbw_gbps\":" + Num(w.transfer > 0 ? w.bus_bytes / w.transfer / 1e9 : 0) +
+         ",\"total\":{\"wait_s\":" + Num(t.wait) + ",\"transfer_s\":" + Num(t.transfer) +
+         ",\"bytes_reduced\":" + std::to_string(t.bytes_reduced) + ",\"collectives\":" + std::to_string(t.collectives) +
          ",\"busbw_gbps\":" + Num(t.transfer > 0 ? t.bus_bytes / t.transfer / 1e9 : 0) + "}}";
   }
   j += "],\"slowest\":";
   j += slowest_ >= 0 ? "{\"rank\":" + std::to_string(slowest_) + ",\"waited_ms_per_step\":" + Num(slowest_ms_) + "}"
                      : "null";
   j += ",\"straggler\":";
-  j += straggler_ >= 0 ? "{\"rank\":" + std::to_string(straggler_) + ",\"waited_ms_per_step\":" +
-                             Num(straggler_ms_) + ",\"steps\":" + Num(evidence_steps_) + "}"
+  j += straggler_ >= 0 ? "{\"rank\":" + std::to_string(straggler_) + ",\"waited_ms_per_step\":" + Num(straggler_ms_) +
+                             ",\"steps\":" + Num(evidence_steps_) + "}"
                        : "null";
   return j + "}";
 }
@@ -228,8 +231,8 @@ Status Monitor::Round(Transport& transport, bool last) {
       t.wait += rows[r].wait, t.transfer += rows[r].transfer, t.bus_bytes += rows[r].bus_bytes;
       t.bytes_reduced += rows[r].bytes_reduced, t.collectives += rows[r].collectives;
     }
-    if (size_ > 1) Judge(rows, steps, wall);
-    summary = Format(rows, steps, wall);
+    if (size_ > 1 && options_.enabled) Judge(rows, steps, wall);
+    if (options_.enabled) summary = Format(rows, steps, wall);
     const double now = Now();
     if (metrics_ && (last || now - last_written_ >= options_.interval_seconds)) {
       std::fprintf(metrics_, "%s\n", summary.c_str());
@@ -245,6 +248,8 @@ Status Monitor::Round(Transport& transport, bool last) {
   window_ = Window();
   window_.start = Now();
   window_.marks_at_start = marks_;
+  flush_ = false;
+  ++done_;
   return Status::OK();
 }
 

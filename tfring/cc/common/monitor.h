@@ -25,6 +25,7 @@ namespace tfring {
 class Timeline;
 
 struct MonitorOptions {
+  bool enabled = true;           // false: no accounting, no summary (rounds only ship timeline events)
   bool stragglers = true;        // rank 0 warns about stragglers
   double straggler_min_ms = 5;   // per-step cost below which no rank is named (also >= 10 % of the step)
   double warn_seconds = 60;      // at most one warning per rank in this time
@@ -39,6 +40,12 @@ class Monitor {
   // rank/size in the global set. False (with *error) if the metrics file cannot be opened.
   bool Configure(const MonitorOptions& options, int rank, int size, Timeline* timeline, std::string* error);
   void MarkStep() { ++marks_; }  // any thread: the framework says a training step ended
+  // Any thread: asks for a round in the next cycle and returns the count of rounds done so far.
+  uint64_t RequestRound() {
+    flush_ = true;
+    return done_;
+  }
+  uint64_t rounds_done() const { return done_; }
 
   // Background thread only.
   void OnWait(double oldest_submit, double decided);  // this cycle's responses: the oldest local submission
@@ -75,6 +82,8 @@ class Monitor {
   int rank_ = 0, size_ = 1;
   Timeline* timeline_ = nullptr;
   std::atomic<int64_t> marks_{0};
+  std::atomic<bool> flush_{false};
+  std::atomic<uint64_t> done_{0};
   Window window_;
   double covered_until_ = 0;  // the waiting intervals' union so far ends here
   bool configured_ = false;

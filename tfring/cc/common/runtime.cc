@@ -67,6 +67,7 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
   controller_options_.stall.clock = Now;
   backend_->SetTimeline(&timeline_);
   MonitorOptions monitor;
+  monitor.enabled = settings_.monitor;
   monitor.stragglers = settings_.straggler_check;
   monitor.straggler_min_ms = settings_.straggler_min_ms;
   monitor.warn_seconds = settings_.straggler_warn_seconds;
@@ -154,7 +155,21 @@ Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
   return Status::OK();
 }
 
-void Runtime::StopTimeline() { timeline_.Stop(); }
+void Runtime::StopTimeline() {
+  // Rank 0 closes the file after one more monitor round, so it holds the other ranks' last events (they stop
+  // recording when they call this; what they buffered goes in that round). Bounded: a job whose cycles stall
+  // (a rank gone) closes it after 5 s without them.
+  if (running_ && !loop_done_ && topology_.rank == 0 && topology_.size > 1 && timeline_.enabled()) {
+    const uint64_t before = monitor_.RequestRound();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (monitor_.rounds_done() < before + 2 && !loop_done_ && std::chrono::steady_clock::now() < deadline) {
+      signal_->Notify();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (monitor_.rounds_done() == before + 1) monitor_.RequestRound();
+    }
+  }
+  timeline_.Stop();
+}
 
 void Runtime::Enqueue(std::vector<TensorEntry> entries, int process_set_id) {
   Status s = CheckReady();
@@ -333,8 +348,9 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
       set.backend->SetHierarchical(hierarchical_);  // rank 0's setting, identical on every rank at this point
       status = set.backend->Execute(response, entries);
     }
-    if (status.ok()) monitor_.OnExecuted(response.names, response.op, LocalBytes(response.op, entries),
-                                         static_cast<int>(set.ranks.size()), Now() - start);
+    if (status.ok())
+      monitor_.OnExecuted(response.names, response.op, LocalBytes(response.op, entries),
+                          static_cast<int>(set.ranks.size()), Now() - start);
   }
   if (!status.ok()) TFR_LOG(TFR_DEBUG, "collective failed: " << status.message());
   if (status.code() == StatusCode::WORKERS_FAILED) OnWorkerFailure(status);

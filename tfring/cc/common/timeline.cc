@@ -70,8 +70,8 @@ int Timeline::TrackLocked(int rank, const std::string& track) {
   if (it != tracks_.end()) return it->second;
   const int tid = static_cast<int>(tracks_.size()) + 1;
   tracks_[{rank, track}] = tid;
-  PutLocked("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(rank) + ",\"tid\":" +
-            std::to_string(tid) + ",\"args\":{\"name\":\"" + Escape(track) + "\"}}");
+  PutLocked("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(rank) +
+            ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":\"" + Escape(track) + "\"}}");
   return tid;
 }
 
@@ -123,8 +123,7 @@ void Timeline::WriteShipment(int rank, const std::string& bytes, int64_t offset_
   }
   if (dropped > 0)
     WriteLocked(rank, last, "",
-                "\"name\":\"" + std::to_string(dropped) +
-                    " events dropped (buffer full)\",\"ph\":\"i\",\"s\":\"p\"");
+                "\"name\":\"" + std::to_string(dropped) + " events dropped (buffer full)\",\"ph\":\"i\",\"s\":\"p\"");
 }
 
 void Timeline::NegotiateStart(const std::string& tensor, const char* op) {

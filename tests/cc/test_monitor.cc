@@ -1,0 +1,73 @@
+// The monitor with ranks as threads: waiting time is the union of a rank's waiting intervals, and rank 0 names
+// the rank that waited least (it arrived last) only when that persists beyond the threshold.
+#include <thread>
+
+#include "../../tfring/cc/common/monitor.h"
+#include "check.h"
+#include "thread_transport.h"
+
+using namespace tfring;
+
+namespace {
+
+// Runs `rounds` rounds on n threads; before each, rank r waits wait(r, round) seconds over `steps` marked steps.
+std::vector<std::string> Rounds(int n, int rounds, int steps, const std::function<double(int, int)>& wait,
+                                MonitorOptions options = MonitorOptions()) {
+  Hub hub(n);
+  std::vector<std::string> summaries(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      Monitor m;
+      std::string error;
+      ThreadTransport t(hub, r);
+      m.Configure(options, r, n, nullptr, &error);
+      for (int k = 0; k < rounds; ++k) {
+        double at = 1000.0 * k;  // steady-clock seconds of a made-up timeline: only differences matter
+        for (int s = 0; s < steps; ++s, at += 1) {
+          m.OnWait(at + 0.5 - wait(r, k), at + 0.5);
+          m.OnExecuted({"g"}, OpType::ALLREDUCE, 4000, n, 0.001);
+          m.MarkStep();
+        }
+        m.Round(t, false);
+      }
+      summaries[r] = m.Summary();
+    });
+  for (auto& th : threads) th.join();
+  return summaries;
+}
+
+}  // namespace
+
+TEST(MonitorWaitIsTheUnionOfIntervals) {
+  Monitor m;
+  std::string error;
+  m.Configure(MonitorOptions(), 0, 1, nullptr, &error);
+  m.OnWait(10.0, 10.5);  // 0.5 s
+  m.OnWait(10.2, 10.7);  // overlaps: only 0.2 s more
+  m.OnWait(11.0, 11.1);  // disjoint: 0.1 s
+  Hub hub(1);
+  ThreadTransport t(hub, 0);
+  m.Round(t, false);
+  const std::string s = m.Summary();
+  EXPECT(s.find("\"wait_ms\":800.000") != std::string::npos);
+}
+
+TEST(MonitorNamesThePersistentLastRankOnEveryRank) {
+  // Rank 2 arrives 50 ms late every step: the others wait 50 ms more than it does.
+  auto s = Rounds(3, 4, 5, [](int r, int) { return r == 2 ? 0.001 : 0.051; });
+  for (const auto& summary : s) {
+    EXPECT(summary.find("\"straggler\":{\"rank\":2,\"waited_ms_per_step\":50.000") != std::string::npos);
+    EXPECT_EQ(summary, s[0]);
+  }
+}
+
+TEST(MonitorNamesNobodyBelowTheThresholdOrWhenTheLastRankChanges) {
+  // 3 ms late (below the 5 ms floor): reported as the slowest, not named.
+  auto small = Rounds(2, 4, 5, [](int r, int) { return r == 1 ? 0.0 : 0.003; });
+  EXPECT(small[0].find("\"straggler\":null") != std::string::npos);
+  EXPECT(small[0].find("\"slowest\":{\"rank\":1") != std::string::npos);
+  // 50 ms late, but a different rank each round: not persistent.
+  auto rotating = Rounds(2, 6, 5, [](int r, int k) { return r == k % 2 ? 0.0 : 0.05; });
+  EXPECT(rotating[1].find("\"straggler\":null") != std::string::npos);
+}

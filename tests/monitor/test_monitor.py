@@ -1,0 +1,88 @@
+"""The monitor on real ranks: a rank slowed by a sleep is named (warning, tfring.metrics() on every rank) within
+20 steps at np=2 and 3; a clean 500-step run names nobody; tfringrun --metrics-file writes every rank's numbers;
+a stall report names the Keras layer's variable behind a waiting gradient and what the missing rank waits on."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, rank_env, run_ranks
+
+JOB = os.path.join(ROOT, "tests", "monitor", "straggler_job.py")
+STALL = os.path.join(ROOT, "tests", "monitor", "stall_job.py")
+
+
+def results(out, n):
+    rows = sorted((json.loads(line.split("RESULT ", 1)[1]) for line in out.splitlines() if "RESULT " in line),
+                  key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == list(range(n)), out[-5000:]
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("np_,slow", [(2, 1), (3, 2), (3, 0)])
+def test_a_rank_slowed_by_50ms_per_step_is_named_within_20_steps(np_, slow):
+    proc = run_ranks(np_, [JOB, "--slow-rank", str(slow), "--sleep", "0.05", "--steps", "30"], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    for r in results(proc.stdout, np_):  # every rank reads the same verdict
+        assert r["named_at"] is not None and r["named_at"] <= 20, r
+        assert r["named"]["rank"] == slow and 25 <= r["named"]["waited_ms_per_step"] <= 80, r
+        waits = [x["wait_ms_per_step"] for x in r["metrics"]["ranks"]]
+        assert min(range(np_), key=lambda i: waits[i]) == slow, waits
+    warnings = [line for line in proc.stdout.splitlines() if "is a straggler" in line]
+    assert len(warnings) == 1 and "rank %d is a straggler: the others waited" % slow in warnings[0], warnings
+
+
+@pytest.mark.slow
+def test_a_clean_500_step_run_names_no_straggler():
+    proc = run_ranks(3, [JOB, "--steps", "500"], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "straggler" not in proc.stdout.replace('"straggler": null', ""), proc.stdout[-5000:]
+    for r in results(proc.stdout, 3):
+        assert r["named_at"] is None and r["metrics"]["straggler"] is None, r
+        assert r["metrics"]["total_steps"] >= 450, r["metrics"]  # inferred steps (no marks) track the loop
+
+
+@pytest.mark.slow
+def test_tfringrun_metrics_file_has_every_ranks_numbers(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    env = dict(rank_env(), TFRING_MONITOR_INTERVAL_SECONDS="0.2")
+    proc = subprocess.run([sys.executable, "-m", "tfring.runner", "-np", "2", "--metrics-file", str(path),
+                           sys.executable, JOB, "--slow-rank", "1", "--steps", "40", "--mark"],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) >= 3, lines
+    assert all(lines[i]["round"] < lines[i + 1]["round"] for i in range(len(lines) - 1)), lines
+    last = lines[-1]
+    assert last["size"] == 2 and [r["rank"] for r in last["ranks"]] == [0, 1]
+    assert last["total_steps"] == 40  # marked steps, counted exactly
+    for r in last["ranks"]:
+        t = r["total"]
+        # 4 gradients (64x32 kernel ...) a step, fused into one or more MPI calls
+        assert t["collectives"] >= 40 and t["bytes_reduced"] >= 40 * 4 * (32 * 64 + 64 + 64 * 10 + 10) and \
+            t["busbw_gbps"] > 0, r
+    assert last["ranks"][0]["total"]["wait_s"] > 40 * 0.04 > last["ranks"][1]["total"]["wait_s"], last
+    assert any(line["straggler"] and line["straggler"]["rank"] == 1 for line in lines), lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("other", [True, False])
+def test_stall_report_names_the_layer_and_what_the_missing_rank_waits_on(other):
+    env = dict(rank_env(), TFRING_STALL_CHECK_TIME_SECONDS="2", TFRING_STALL_SHUTDOWN_TIME_SECONDS="5")
+    proc = run_ranks(2, [STALL] + (["--other"] if other else []), timeout=300, env=env)
+    out = proc.stdout
+    assert out.count("DONE DeadlineExceededError") == (2 if other else 1), out[-5000:]
+    reports = [line for line in out.splitlines() if "stall inspector" in line]
+    assert reports, out[-5000:]
+    first = reports[0]
+    assert "waited 2 s" in first, first  # at the first check
+    for var in ("hidden/kernel", "hidden/bias", "head/kernel", "head/bias"):
+        assert "(gradient of sequential/%s)" % var in first, first
+    if other:
+        assert "rank 1 waits itself on 'rank1_metric' since 2 s" in first, first
+        assert "rank 0 waits itself on '" in first and "(gradient of sequential/" in first.split("rank 0 waits")[1]
+    else:
+        assert "rank 1 submitted no collective that is waiting (it is busy outside tfring)" in first, first
