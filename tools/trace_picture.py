@@ -36,8 +36,9 @@ def main():
         events = json.load(f)
     s = spans(events)
     ranks = sorted({pid for pid, _ in s})
+    start = min(a for v in s.values() for a, _ in v)
     end = max(e for v in s.values() for _, e in v)
-    t0 = args.from_ms * 1000 if args.from_ms is not None else end / 2
+    t0 = args.from_ms * 1000 if args.from_ms is not None else (start + end) / 2
     t1 = t0 + args.span_ms * 1000
     colors = {"NEGOTIATE": "#f2b134", "MPI": "#2a7ab0", "MEMCPY": "#7fbf7f"}
     fig, ax = plt.subplots(figsize=(10, 1 + 0.8 * len(ranks)))
