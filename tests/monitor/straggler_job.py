@@ -1,40 +1,90 @@
-"""A small data-parallel TF training loop where one rank can be slowed by a sleep per step; each rank prints
-RESULT <json>: the step at which tfring.metrics() first named a straggler (and whom), and the last summary."""
+"""A small data-parallel training loop (--framework tf: DistributedGradientTape in a tf.function; torch:
+DistributedOptimizer; jax: DistributedOptimizer in a jitted step) where one rank can be slowed by a sleep per step.
+Each rank prints RESULT <json>: the step at which metrics() first named a straggler (and whom), and the last
+summary."""
 import argparse
 import json
 import time
 
 import numpy as np
-import tensorflow as tf
-
-import tfring.tensorflow as hvd
 
 p = argparse.ArgumentParser()
+p.add_argument("--framework", choices=("tf", "torch", "jax"), default="tf")
 p.add_argument("--slow-rank", type=int, default=-1)
 p.add_argument("--sleep", type=float, default=0.05)
 p.add_argument("--steps", type=int, default=40)
-p.add_argument("--mark", action="store_true", help="call tfring.mark_step() after each step")
+p.add_argument("--mark", action="store_true", help="call mark_step() after each step")
 args = p.parse_args()
 
-hvd.init()
-tf.random.set_seed(1)
-model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(64, activation="relu"),
-                             tf.keras.layers.Dense(10)])
-opt = tf.keras.optimizers.SGD(0.01)
-x = np.random.RandomState(hvd.rank()).rand(64, 32).astype(np.float32)
-y = np.random.RandomState(hvd.rank()).randint(0, 10, 64)
+
+def tf_step():
+    import tensorflow as tf
+    import tfring.tensorflow as hvd
+    hvd.init()
+    tf.random.set_seed(1)
+    model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(64, activation="relu"),
+                                 tf.keras.layers.Dense(10)])
+    opt = tf.keras.optimizers.SGD(0.01)
+    x = np.random.RandomState(hvd.rank()).rand(64, 32).astype(np.float32)
+    y = np.random.RandomState(hvd.rank()).randint(0, 10, 64)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    return hvd, step
 
 
-@tf.function
-def step():
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True))
-    tape = hvd.DistributedGradientTape(tape)
-    grads = tape.gradient(loss, model.trainable_variables)
-    opt.apply_gradients(zip(grads, model.trainable_variables))
-    return loss
+def torch_step():
+    import torch
+    import tfring.torch as hvd
+    hvd.init()
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    x = torch.tensor(np.random.RandomState(hvd.rank()).rand(64, 32).astype(np.float32))
+    y = torch.tensor(np.random.RandomState(hvd.rank()).randint(0, 10, 64))
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return hvd, step
 
 
+def jax_step():
+    import jax
+    import jax.numpy as jnp
+    import optax
+    import tfring.jax as hvd
+    hvd.init()
+    k1, k2 = jax.random.split(jax.random.PRNGKey(1))
+    params = {"w1": jax.random.normal(k1, (32, 64)) * 0.1, "w2": jax.random.normal(k2, (64, 10)) * 0.1}
+    tx = hvd.DistributedOptimizer(optax.sgd(0.01))
+    state = {"params": params, "opt": tx.init(params)}
+    x = jnp.asarray(np.random.RandomState(hvd.rank()).rand(64, 32).astype(np.float32))
+    y = jnp.asarray(np.random.RandomState(hvd.rank()).randint(0, 10, 64))
+
+    def loss(p):
+        logits = jnp.maximum(x @ p["w1"], 0) @ p["w2"]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    @jax.jit
+    def jitted(params, opt_state):
+        updates, opt_state = tx.update(jax.grad(loss)(params), opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    def step():
+        state["params"], state["opt"] = jitted(state["params"], state["opt"])
+        jax.block_until_ready(state["params"])
+    return hvd, step
+
+
+hvd, step = {"tf": tf_step, "torch": torch_step, "jax": jax_step}[args.framework]()
 named_at, named = None, None
 start = time.perf_counter()
 for i in range(args.steps):

@@ -1,6 +1,6 @@
 """The monitor on real ranks: a rank slowed by a sleep is named (warning, tfring.metrics() on every rank) within
 20 steps at np=2 and 3; a clean 500-step run names nobody; tfringrun --metrics-file writes every rank's numbers;
-a stall report names the Keras layer's variable behind a waiting gradient and what the missing rank waits on."""
+(TF, torch and JAX loops); a stall report names the Keras layer's variable behind a waiting gradient and what the missing rank waits on."""
 import json
 import os
 import subprocess
@@ -22,9 +22,11 @@ def results(out, n):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("np_,slow", [(2, 1), (3, 2), (3, 0)])
-def test_a_rank_slowed_by_50ms_per_step_is_named_within_20_steps(np_, slow):
-    proc = run_ranks(np_, [JOB, "--slow-rank", str(slow), "--sleep", "0.05", "--steps", "30"], timeout=300)
+@pytest.mark.parametrize("framework,np_,slow", [("tf", 2, 1), ("tf", 3, 2), ("tf", 3, 0), ("torch", 2, 1),
+                                               ("torch", 3, 1), ("jax", 2, 0), ("jax", 3, 2)])
+def test_a_rank_slowed_by_50ms_per_step_is_named_within_20_steps(framework, np_, slow):
+    proc = run_ranks(np_, [JOB, "--framework", framework, "--slow-rank", str(slow), "--sleep", "0.05", "--steps",
+                           "30"], timeout=300)
     assert proc.returncode == 0, proc.stdout[-5000:]
     for r in results(proc.stdout, np_):  # every rank reads the same verdict
         assert r["named_at"] is not None and r["named_at"] <= 20, r

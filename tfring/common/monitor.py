@@ -1,6 +1,6 @@
 """What the job is doing, from the core's monitor: every rank's time waiting in collectives, transfer time,
 bytes reduced and bus bandwidth, and the rank the others wait for (a straggler). Rank 0 gathers every rank's
-numbers in the monitor's rounds (every 5 steps or TFRING_MONITOR_INTERVAL_SECONDS) and broadcasts a summary, so
+numbers in the monitor's rounds (every 4 steps or TFRING_MONITOR_INTERVAL_SECONDS) and broadcasts a summary, so
 `metrics()` returns the same job-wide view on every rank. See docs/observability.md."""
 import ctypes
 import json

@@ -111,7 +111,7 @@ const std::vector<Knob>& KnobTable() {
       Int("TFRING_STRAGGLER_STEPS", "20", 1, 1e9, &Settings::straggler_steps,
           "Steps of evidence behind a straggler verdict (it must also be last in each of the last 3 rounds)."),
       Double("TFRING_MONITOR_INTERVAL_SECONDS", "1", 0.01, kNoMax, &Settings::monitor_interval_seconds,
-             "Longest time between two monitor rounds (per-rank statistics gathered at rank 0; also every 5 "
+             "Longest time between two monitor rounds (per-rank statistics gathered at rank 0; also every 4 "
              "steps), and between two lines of the metrics file."),
       String("TFRING_METRICS_FILE", "", &Settings::metrics_file,
              "Path where rank 0 writes a JSON line of every rank's metrics (wait, transfer, bytes, bus bandwidth, "

@@ -190,8 +190,8 @@ void Monitor::Judge(const std::vector<Row>& rows, double steps, double wall) {
 std::string Monitor::Format(const std::vector<Row>& rows, double steps, double wall) const {
   const double per = steps > 0 ? steps : 1;
   std::string j = "{\"time\":" + Num(static_cast<double>(std::time(nullptr))) +
-                  ",\"round\":" + std::to_string(rounds_) + ",\"size\":" + std::to_string(size_) +
-                  ",\"steps\":" + Num(steps) + ",\"seconds\":" + Num(wall) +
+                  ",\"round\":" + std::to_string(rounds_) + ",\"round_ms\":" + Num(round_ms_) +
+                  ",\"size\":" + std::to_string(size_) + ",\"steps\":" + Num(steps) + ",\"seconds\":" + Num(wall) +
                   ",\"step_ms\":" + (steps > 0 ? Num(1000 * wall / steps) : "null") +
                   ",\"total_steps\":" + Num(total_steps_) + ",\"ranks\":[";
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -217,6 +217,7 @@ std::string Monitor::Format(const std::vector<Row>& rows, double steps, double w
 
 Status Monitor::Round(Transport& transport, bool last) {
   const int64_t sync_us = Timeline::NowUs();
+  const double began = Now();
   std::vector<std::string> all;
   TFR_RETURN_IF_ERROR(transport.GatherToRoot(Encode(sync_us), &all));
   std::string summary;
@@ -250,6 +251,7 @@ Status Monitor::Round(Transport& transport, bool last) {
   window_.marks_at_start = marks_;
   flush_ = false;
   ++done_;
+  round_ms_ = 1000 * (Now() - began);
   return Status::OK();
 }
 

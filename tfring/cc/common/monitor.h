@@ -56,7 +56,7 @@ class Monitor {
 
   std::string Summary();  // the latest round's JSON summary (any thread); "" before the first round
 
-  static constexpr int kRoundSteps = 5;  // rank 0 asks for a round every this many of its steps
+  static constexpr int kRoundSteps = 4;  // rank 0 asks for a round every this many of its steps
 
  private:
   struct Window {
@@ -98,6 +98,7 @@ class Monitor {
   std::FILE* metrics_ = nullptr;
   double last_written_ = -1e300;
   uint64_t rounds_ = 0;
+  double round_ms_ = 0;  // how long rank 0's previous round took (its whole cost, gather to broadcast)
   std::mutex mu_;
   std::string summary_;
 };
