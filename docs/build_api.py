@@ -31,7 +31,8 @@ PUBLIC_MODULES = ["tfring", "tfring.keras", "tfring.callbacks", "tfring.keras.ca
                   "tfring.spark", "tfring.ray"]
 # Checked where their framework or engine is installed (they build on its classes, e.g. torch.optim, pyspark.ml).
 OPTIONAL_MODULES = {"tfring.torch": "torch", "tfring.torch.elastic": "torch", "tfring.jax": "jax",
-                    "tfring.spark.keras": "pyspark", "tfring.spark.common": "pyspark"}
+                    "tfring.spark.keras": "pyspark", "tfring.spark.common": "pyspark",
+                    "tfring.spark.torch": "pyspark,torch"}  # comma: every one of them
 CALLBACKS = ["BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "LearningRateScheduleCallback",
              "LearningRateWarmupCallback", "MetricAverageCallback"]
 # What the HTML pages of modules without __all__ list (tfring.keras also has everything of tfring's page).
@@ -234,7 +235,8 @@ def check_docstrings():
         list: one line per problem (empty when the docs are complete).
     """
     problems, queue, seen = [], [], set()
-    optional = [m for m, engine in OPTIONAL_MODULES.items() if importlib.util.find_spec(engine) is not None]
+    optional = [m for m, engines in OPTIONAL_MODULES.items()
+                if all(importlib.util.find_spec(e) is not None for e in engines.split(","))]
     for name in PUBLIC_MODULES + optional:
         module = importlib.import_module(name)
         if not (module.__doc__ or "").strip():

@@ -34,8 +34,8 @@ RULES = {
     # Keras 3 (and tf_keras) on the active backend's binding.
     "keras": ({"common", "tensorflow", "torch", "jax"}, {"keras", "tf_keras", "tensorflow", "torch", "jax"}),
     "runner": ({"common"}, set()),
-    # Engines start jobs through the launcher; their estimators train with the Keras layer.
-    "spark": ({"runner", "common", "keras", "tensorflow"}, {"pyspark", "keras", "tensorflow"}),
+    # Engines start jobs through the launcher; their estimators train with the Keras layer or tfring.torch.
+    "spark": ({"runner", "common", "keras", "tensorflow", "torch"}, {"pyspark", "keras", "tensorflow", "torch"}),
     "ray": ({"runner", "common"}, {"ray"}),
     # python -m tfring.migrate: reads scripts with ast, imports no framework and no binding.
     "migrate": (set(), set()),

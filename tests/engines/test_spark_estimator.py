@@ -18,7 +18,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from conftest import local_spark  # noqa: E402
 from tfring.spark.keras import KerasEstimator, LocalStore  # noqa: E402
-from tfring.spark.keras.data import read_shard, row_group_units  # noqa: E402
+from tfring.spark.common.data import read_shard, row_group_units  # noqa: E402
 from tfring.spark.keras.remote import weights_digest  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real Spark/Ray clusters and ranks
@@ -156,7 +156,7 @@ def test_bad_arguments_raise_before_any_job(digits, tmp_path):
 
 
 def test_columns_become_model_inputs_and_labels():
-    from tfring.spark.keras.data import assemble_inputs, assemble_labels
+    from tfring.spark.common.data import assemble_inputs, assemble_labels
     a, b = np.arange(3.0), np.arange(6.0).reshape(3, 2)
     # Several columns feed a single-input model side by side (tabular data).
     assert assemble_inputs([a, b], ["a", "b"], [(3,)]).tolist() == [[0, 0, 1], [1, 2, 3], [2, 4, 5]]

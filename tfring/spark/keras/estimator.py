@@ -1,8 +1,6 @@
 """KerasEstimator (fit a Keras model on a Spark DataFrame with tfring) and KerasModel (its Spark transformer)."""
 import math
 import numbers
-import os
-import tempfile
 import time
 import uuid
 from typing import Iterator
@@ -13,9 +11,9 @@ from pyspark.ml import Estimator, Model
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from tfring.spark.common.store import LocalStore, Store
-from tfring.spark.keras import prepare, remote
-from tfring.spark.keras.data import check_first_row
+from tfring.spark.common import job, prepare
+from tfring.spark.common.data import check_first_row
+from tfring.spark.keras import remote
 from tfring.spark.keras.params import ESTIMATOR_PARAMS, MODEL_PARAMS, set_params, with_params
 
 # Horovod KerasEstimator arguments tfring does not implement, with the value that means "not used".
@@ -23,15 +21,6 @@ UNSUPPORTED = {"backend": None, "transformation_fn": None, "train_reader_num_wor
                "val_reader_num_workers": None, "reader_pool_type": "thread", "label_shapes": None,
                "checkpoint_callback": None, "inmemory_cache_all": False, "use_gpu": True, "mp_start_method": None,
                "shuffle_buffer_size": None, "compress_sparse_cols": False}
-
-
-def _run_job(fn, spec, num_proc, env, verbose):
-    """Runs fn(spec) on num_proc Spark tasks as one tfring job; returns the results in rank order."""
-    import tfring.spark
-    if verbose:
-        return tfring.spark.run(fn, args=(spec,), num_proc=num_proc, env=env)
-    with open(os.devnull, "w") as quiet:  # verbose=0: no rank output (a rank's error still comes back raised)
-        return tfring.spark.run(fn, args=(spec,), num_proc=num_proc, env=env, stdout=quiet)
 
 
 def _serialize(value):
@@ -109,11 +98,7 @@ class KerasEstimator(Estimator):
                  validation_steps_per_epoch=None, store=None, custom_objects=None, gradient_compression=None,
                  backend_env=None, **unsupported):
         super().__init__()
-        for name, value in unsupported.items():
-            if name not in UNSUPPORTED:
-                raise ValueError("KerasEstimator: unknown argument %r" % name)
-            if value != UNSUPPORTED[name]:
-                raise ValueError("KerasEstimator: argument %r (Horovod) is not supported by tfring" % name)
+        job.check_unsupported("KerasEstimator", UNSUPPORTED, unsupported)
         given = dict(locals())
         set_params(self, ESTIMATOR_PARAMS, {n: given[n] for n in ESTIMATOR_PARAMS})
 
@@ -126,36 +111,13 @@ class KerasEstimator(Estimator):
             raise ValueError("KerasEstimator: optimizer is required (or a model compiled with one)")
         if not self.getLoss():
             raise ValueError("KerasEstimator: loss is required")
-        feature_cols, label_cols = self.getFeatureCols(), self.getLabelCols()
-        if not feature_cols:
-            raise ValueError("KerasEstimator: feature_cols is required")
-        if not label_cols:
-            raise ValueError("KerasEstimator: label_cols is required")
-        prepare.check_columns(df.schema, "feature_cols", feature_cols)
-        prepare.check_columns(df.schema, "label_cols", label_cols)
-        if len(label_cols) != len(model.outputs):
+        job.check_data_args("KerasEstimator", self, df)
+        if len(self.getLabelCols()) != len(model.outputs):
             raise ValueError("KerasEstimator: label_cols has %d column(s), the model %d output(s)"
-                             % (len(label_cols), len(model.outputs)))
-        if len(feature_cols) != len(model.inputs) and len(model.inputs) != 1:
+                             % (len(self.getLabelCols()), len(model.outputs)))
+        if len(self.getFeatureCols()) != len(model.inputs) and len(model.inputs) != 1:
             raise ValueError("KerasEstimator: feature_cols has %d column(s), the model %d inputs"
-                             % (len(feature_cols), len(model.inputs)))
-        if self.getSampleWeightCol():
-            prepare.check_columns(df.schema, "sample_weight_col", [self.getSampleWeightCol()])
-        validation = self.getValidation()
-        if isinstance(validation, str):
-            if validation not in df.columns:
-                raise ValueError("KerasEstimator: validation column %r is not in the DataFrame" % validation)
-        elif validation is not None and not (isinstance(validation, numbers.Real) and 0 <= validation < 1):
-            raise ValueError("KerasEstimator: validation=%r must be a column name or a fraction in [0, 1)"
-                             % (validation,))
-        for name in ("num_proc", "batch_size", "val_batch_size", "epochs", "partitions_per_process",
-                     "train_steps_per_epoch", "validation_steps_per_epoch"):
-            value = self.getOrDefault(name)
-            if value is not None and (not isinstance(value, numbers.Integral) or value < 1):
-                raise ValueError("KerasEstimator: %s=%r must be a positive integer" % (name, value))
-        store = self.getStore()
-        if store is not None and not isinstance(store, (Store, str)):
-            raise ValueError("KerasEstimator: store must be a tfring.spark.common.Store or a path, got %r" % (store,))
+                             % (len(self.getFeatureCols()), len(model.inputs)))
 
     def _optimizer_config(self, num_proc):
         optimizer = self.getOptimizer() or self.getModel().optimizer
@@ -170,22 +132,9 @@ class KerasEstimator(Estimator):
     def _fit(self, df):
         self._check(df)
         num_proc = self.getNumProc() or df.sparkSession.sparkContext.defaultParallelism
-        store = self.getStore()
-        store = Store.create(store) if isinstance(store, str) else store
-        if store is None:
-            store = LocalStore(tempfile.mkdtemp(prefix="tfring-spark-"))
+        store = job.resolve_store(self.getStore())
         run_id = self.getRunId() or "keras_%d_%s" % (time.time(), uuid.uuid4().hex[:8])
-        validation = self.getValidation() or None
-        train_units, val_units = prepare.stage(
-            df, store, run_id, self.getFeatureCols(), self.getLabelCols(), self.getSampleWeightCol(), validation,
-            num_proc * self.getPartitionsPerProcess(), self.getRandomSeed())
-        train_rows = sum(n for _, _, n in train_units)
-        val_rows = sum(n for _, _, n in val_units or [])
-        if train_rows < num_proc:
-            raise ValueError("KerasEstimator: %d training row(s) for num_proc=%d ranks" % (train_rows, num_proc))
-        if validation is not None and val_rows < num_proc:
-            raise ValueError("KerasEstimator: validation=%r leaves %d row(s) for num_proc=%d ranks"
-                             % (validation, val_rows, num_proc))
+        train_units, val_units, train_rows, _ = job.stage_data("KerasEstimator", self, df, store, run_id, num_proc)
         model = self.getModel()
         input_shapes, output_shapes = [_shape(t) for t in model.inputs], [_shape(t) for t in model.outputs]
         try:
@@ -208,7 +157,7 @@ class KerasEstimator(Estimator):
             "validation_steps_per_epoch": self.getValidationStepsPerEpoch() if val_units else None,
             "checkpoint_path": store.get_checkpoint_path(run_id), "logs_path": store.get_logs_path(run_id),
         }
-        results = _run_job(remote.train, spec, num_proc, self.getBackendEnv(), self.getVerbose())
+        results = job.run_job(remote.train, spec, num_proc, self.getBackendEnv(), self.getVerbose())
         with keras.utils.custom_object_scope(self.getCustomObjects() or {}):
             trained = keras.models.model_from_json(spec["model_json"])
             trained.set_weights(results[0]["weights"])

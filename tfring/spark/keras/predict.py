@@ -18,13 +18,6 @@ def _model(token, payload, custom_objects):
     return model
 
 
-def _series_to_numpy(series):
-    values = series.to_numpy()
-    if len(values) and isinstance(values[0], (np.ndarray, list, tuple)):
-        return np.stack([np.asarray(v, dtype=np.float32) for v in values])
-    return values.astype(np.float32)
-
-
 def predict_frames(frames, token, broadcast, custom_objects, feature_cols, input_shapes, output_cols, scalar_outputs,
                    batch_size):
     """Predicts on each pandas DataFrame of feature columns (what a struct column gives a pandas UDF).
@@ -45,7 +38,7 @@ def predict_frames(frames, token, broadcast, custom_objects, feature_cols, input
     """
     import pandas as pd
 
-    from tfring.spark.keras.data import assemble_inputs
+    from tfring.spark.common.data import assemble_inputs, series_to_numpy
 
     model = _model(token, broadcast.value, custom_objects)
     for frame in frames:
@@ -53,7 +46,7 @@ def predict_frames(frames, token, broadcast, custom_objects, feature_cols, input
             empty = {n: pd.Series([], dtype=np.float64 if s else object) for n, s in zip(output_cols, scalar_outputs)}
             yield empty[output_cols[0]] if len(output_cols) == 1 else pd.DataFrame(empty)
             continue
-        x = assemble_inputs([_series_to_numpy(frame[c]) for c in feature_cols], feature_cols, input_shapes)
+        x = assemble_inputs([series_to_numpy(frame[c]) for c in feature_cols], feature_cols, input_shapes)
         preds = model.predict(x, batch_size=batch_size, verbose=0)
         if isinstance(preds, dict):  # a model whose outputs are a dict: Keras orders them by output_names
             preds = [preds[n] for n in model.output_names]

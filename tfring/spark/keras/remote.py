@@ -3,28 +3,14 @@
 Everything it gets is plain data (model JSON, weights, Keras-serialized optimizer/loss/metrics, the Parquet
 row-group list) plus the user's callbacks, so the job pickles without Keras objects that may not pickle.
 """
-import hashlib
 import math
 import os
 
 import numpy as np
 
+from tfring.spark.common.job import weights_digest
 
-def weights_digest(weights):
-    """SHA-256 of a model's weights, to check that every rank ended with the same ones.
-
-    Args:
-        weights: a list of numpy arrays (`model.get_weights()`).
-
-    Returns:
-        str: the hex digest.
-    """
-    h = hashlib.sha256()
-    for w in weights:
-        w = np.ascontiguousarray(w)
-        h.update(str((w.dtype.str, w.shape)).encode())
-        h.update(w.tobytes())
-    return h.hexdigest()
+__all__ = ["train", "weights_digest"]
 
 
 def _deserialize(keras, value):
@@ -38,7 +24,7 @@ def _deserialize(keras, value):
 
 
 def _load_split(spec, units, rank, size):
-    from tfring.spark.keras import data
+    from tfring.spark.common import data
     cols = spec["feature_cols"] + spec["label_cols"] + ([spec["sample_weight_col"]] if spec["sample_weight_col"]
                                                        else [])
     table = data.read_shard(units, rank, size, cols)

@@ -174,3 +174,18 @@ def check_first_row(units, feature_cols, label_cols, input_shapes, output_shapes
     table = pq.ParquetFile(f).read_row_group(i, columns=feature_cols + label_cols).slice(0, 1)
     assemble_inputs([column_to_numpy(table, c) for c in feature_cols], feature_cols, input_shapes)
     assemble_labels([column_to_numpy(table, c) for c in label_cols], label_cols, output_shapes)
+
+
+def series_to_numpy(series):
+    """A pandas Series of a prediction UDF's feature column as float32: 2-D for arrays, else 1-D.
+
+    Args:
+        series: pandas.Series of numbers or of arrays (what Spark gives a pandas UDF for array<float>).
+
+    Returns:
+        numpy.ndarray.
+    """
+    values = series.to_numpy()
+    if len(values) and isinstance(values[0], (np.ndarray, list, tuple)):
+        return np.stack([np.asarray(v, dtype=np.float32) for v in values])
+    return values.astype(np.float32)

@@ -4,7 +4,7 @@ from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from tfring.spark.keras.data import row_group_units
+from tfring.spark.common.data import row_group_units
 
 _FLOAT_ARRAY = T.ArrayType(T.FloatType())
 
