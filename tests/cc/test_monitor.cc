@@ -71,3 +71,17 @@ TEST(MonitorNamesNobodyBelowTheThresholdOrWhenTheLastRankChanges) {
   auto rotating = Rounds(2, 6, 5, [](int r, int k) { return r == k % 2 ? 0.0 : 0.05; });
   EXPECT(rotating[1].find("\"straggler\":null") != std::string::npos);
 }
+
+TEST(MonitorNamesAStragglerWhenRoundsHoldManySteps) {
+  // Fast steps: 12 a round, more than half the 20-step evidence; the verdict still sees its 3 rounds.
+  auto s = Rounds(2, 4, 12, [](int r, int) { return r == 1 ? 0.0 : 0.02; });
+  EXPECT(s[0].find("\"straggler\":{\"rank\":1,\"waited_ms_per_step\":20.000") != std::string::npos);
+}
+
+TEST(MonitorSummaryStaysValidJsonWithoutSteps) {
+  // Rounds without a step (a long step spanning rounds): no straggler yet, and no nan/inf in the JSON.
+  auto s = Rounds(2, 3, 0, [](int, int) { return 0.0; });
+  EXPECT(s[0].find("\"straggler\":null") != std::string::npos);
+  EXPECT(s[0].find("nan") == std::string::npos && s[0].find("inf") == std::string::npos);
+  EXPECT(s[0].find("\"step_ms\":null") != std::string::npos);
+}

@@ -11,8 +11,8 @@ class MetricsCallback(Callback):
 
     Log keys (numbers, the same on every rank): `tfring_step_ms` (this rank's mean batch time over the epoch),
     `tfring_wait_ms` (the mean over ranks of the time a step waited for other ranks, last round),
-    `tfring_max_wait_ms` (the longest such wait), `tfring_busbw_gbps` (this rank's bus bandwidth over the
-    epoch's rounds), `tfring_straggler` (the straggler's rank, -1 for none) and `tfring_straggler_ms` (how long
+    `tfring_max_wait_ms` (the longest such wait), `tfring_busbw_gbps` (the highest rank's bus bandwidth in
+    the last round), `tfring_straggler` (the straggler's rank, -1 for none) and `tfring_straggler_ms` (how long
     the others waited for it per step). Put it before TensorBoard / CSVLogger.
 
     Args:

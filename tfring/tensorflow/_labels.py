@@ -34,18 +34,20 @@ def current():
 
 
 def register(op_type, result, given_name, ignore_name_scope, labels):
-    """Registers labels for one collective op's tensors.
+    """Registers labels for one collective op's tensors: call it before creating the op when executing eagerly
+    (result None: the op runs at once, and a stall must already find its labels), after it in a graph (result:
+    one output of the op, whose node names the collective; the op runs later).
 
     Args:
         op_type: the op's type (its eager name when unnamed).
-        result: one output of the op (its graph node names the collective).
+        result: one output of the op (graph), or None (eager).
         given_name: the name the caller gave (None: derived).
         ignore_name_scope: as passed to the op.
         labels: one per tensor of the op, or None.
     """
-    if not labels or not any(labels):
+    if not labels or not any(labels) or (result is None) != tf.executing_eagerly():
         return
-    if not tf.executing_eagerly():
+    if result is not None:
         base = result.op.name
         if ignore_name_scope:
             base = base.rsplit("/", 1)[-1]
@@ -56,4 +58,3 @@ def register(op_type, result, given_name, ignore_name_scope, labels):
         if label and _registered.get(name) != label:
             _registered[name] = label
             label_tensor(name, label)
-

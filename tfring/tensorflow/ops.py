@@ -70,10 +70,11 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
                process_set_id=0):
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype("allreduce", tensor, _NUMERIC)
+    _labels.register("HorovodAllreduce", None, name, ignore_name_scope, _labels.current())  # eager: before
     out = _ops().horovod_allreduce(tensor, reduce_op=op, prescale_factor=prescale_factor,
                                    postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
                                    process_set_id=process_set_id, **_names("HorovodAllreduce", tensor, name))
-    _labels.register("HorovodAllreduce", out, name, ignore_name_scope, _labels.current())
+    _labels.register("HorovodAllreduce", out, name, ignore_name_scope, _labels.current())  # graph: after
     return out
 
 
@@ -192,13 +193,14 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     for dtype, idx in by_dtype.items():
         group = [compressed[i][0] for i in idx]
         group_name = name if name is None or len(by_dtype) == 1 else "%s_%s" % (name, dtype.name)
+        group_labels = [labels[i] for i in idx] if labels else None
+        _labels.register("HorovodGroupedAllreduce", None, group_name, ignore_name_scope, group_labels)
         with _on(device_dense):
             out = _ops().horovod_grouped_allreduce(group, reduce_op=op, prescale_factor=prescale_factor,
                                                    postscale_factor=postscale_factor,
                                                    ignore_name_scope=ignore_name_scope, process_set_id=pid,
                                                    **_names("HorovodGroupedAllreduce", group[0], group_name))
-        _labels.register("HorovodGroupedAllreduce", out[0], group_name, ignore_name_scope,
-                         [labels[i] for i in idx] if labels else None)
+        _labels.register("HorovodGroupedAllreduce", out[0], group_name, ignore_name_scope, group_labels)
         for i, r in zip(idx, out):
             results[i] = compression.decompress(r, compressed[i][1])
     return results

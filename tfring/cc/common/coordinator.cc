@@ -15,27 +15,22 @@ std::string Coordinator::Described(const std::string& name) {
   return "'" + name + "'" + (label.empty() ? "" : " (" + label + ")");
 }
 
-std::string Coordinator::WaitsOn(const std::vector<std::string>& waiting, const std::vector<int>& ranks, double now) {
+std::string Coordinator::WaitsOn(const std::vector<std::string>& oldest, const std::vector<int>& ranks, double now) {
   // What each missing rank is blocked on itself: the oldest name it submitted that still waits here (its cache
   // hits come here too once they wait a second). None: it is outside tfring (computing, loading data, or stuck
   // in its own code).
+  constexpr size_t kNamed = 8;  // ranks described; the rest are counted
   std::ostringstream out;
-  for (int m : ranks) {
-    std::string oldest;
-    for (const std::string& n : waiting) {  // first-arrival order
-      const auto& rs = table_[n];
-      if (std::any_of(rs.begin(), rs.end(), [m](const Request& r) { return r.rank == m; })) {
-        oldest = n;
-        break;
-      }
-    }
+  for (size_t i = 0; i < ranks.size() && i < kNamed; ++i) {
+    const int m = ranks[i];
     out << "; rank " << set_.Global(m);
-    if (oldest.empty())
+    if (oldest[m].empty())
       out << " submitted no collective that is waiting (it is busy outside tfring)";
     else
-      out << " waits itself on " << Described(oldest) << " since " << static_cast<int>(now - first_seen_[oldest])
+      out << " waits itself on " << Described(oldest[m]) << " since " << static_cast<int>(now - first_seen_[oldest[m]])
           << " s";
   }
+  if (ranks.size() > kNamed) out << "; and " << ranks.size() - kNamed << " more missing ranks";
   return out.str();
 }
 
@@ -47,6 +42,10 @@ void Coordinator::InspectStalls(const std::vector<std::string>& waiting, Respons
   int reported = 0;
   std::vector<bool> reported_missing(size_, false);
   std::vector<std::string> failed;
+  std::vector<std::string> oldest(size_);  // each rank's oldest waiting name (waiting is in first-arrival order)
+  for (const std::string& name : waiting)
+    for (const Request& r : table_[name])
+      if (oldest[r.rank].empty()) oldest[r.rank] = name;
   for (const std::string& name : waiting) {
     const double age = now - first_seen_[name];
     const bool fail = stall_.shutdown_seconds > 0 && age >= stall_.shutdown_seconds;
@@ -77,7 +76,7 @@ void Coordinator::InspectStalls(const std::vector<std::string>& waiting, Respons
       Response err = BuildResponse(name, {&reqs[0]}, 0, set_);
       err.kind = Response::ERROR;
       err.error_code = static_cast<uint8_t>(StatusCode::DEADLINE_EXCEEDED);
-      err.error = "tfring: stalled collective: " + line.str() + WaitsOn(waiting, absent, now) +
+      err.error = "tfring: stalled collective: " + line.str() + WaitsOn(oldest, absent, now) +
                   "; failed after TFRING_STALL_SHUTDOWN_TIME_SECONDS=" + FormatNumber(stall_.shutdown_seconds) +
                   ". Ranks must submit the same collectives (check for "
                   "rank-dependent control flow, uneven data without join(), or a rank that died or hangs).";
@@ -91,7 +90,7 @@ void Coordinator::InspectStalls(const std::vector<std::string>& waiting, Respons
       if (reported_missing[i]) missing.push_back(i);
     out->stall_report = "tfring stall inspector: some ranks are waiting for others: " + report.str() +
                         (reported > kListed ? "; and " + std::to_string(reported - kListed) + " more tensors" : "") +
-                        WaitsOn(waiting, missing, now) +
+                        WaitsOn(oldest, missing, now) +
                         ". (TFRING_STALL_CHECK_TIME_SECONDS=" + FormatNumber(stall_.warn_seconds) + ")";
   }
   for (const std::string& name : failed) {  // after the reports: they read what every rank waits on

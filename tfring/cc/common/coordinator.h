@@ -32,8 +32,9 @@ class Coordinator {
  private:
   // Warns about (and past the shutdown time, fails) names some ranks submitted long ago and others never did.
   void InspectStalls(const std::vector<std::string>& waiting, ResponseList* out);
-  // "; rank R waits itself on 'name' since N s" for each of `ranks` (set ranks), from the waiting names.
-  std::string WaitsOn(const std::vector<std::string>& waiting, const std::vector<int>& ranks, double now);
+  // "; rank R waits itself on 'name' since N s" for each of `ranks` (set ranks); oldest: each rank's oldest
+  // waiting name ("" if none).
+  std::string WaitsOn(const std::vector<std::string>& oldest, const std::vector<int>& ranks, double now);
   static std::string Described(const std::string& name);  // 'name' (its label)
 
   int size_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 
 #include "codec.h"
@@ -27,6 +28,7 @@ double BusFactor(OpType op, int n) {
 }
 
 std::string Num(double v) {
+  if (!std::isfinite(v)) return "null";  // keeps the JSON valid
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3f", v);
   return buf;
@@ -47,6 +49,7 @@ bool Monitor::Configure(const MonitorOptions& options, int rank, int size, Timel
   window_.marks_at_start = marks_;
   covered_until_ = 0;
   history_.clear();
+  pending_ = Record();
   last_warned_.assign(size, -1e300);
   totals_.assign(size, Row());
   total_steps_ = 0, straggler_ = slowest_ = -1, rounds_ = 0;
@@ -57,7 +60,8 @@ bool Monitor::Configure(const MonitorOptions& options, int rank, int size, Timel
   }
   configured_ = true;
   if (rank == 0 && options.enabled && !options.metrics_file.empty()) {
-    metrics_ = std::fopen(options.metrics_file.c_str(), "w");
+    metrics_ = std::fopen(options.metrics_file.c_str(), metrics_opened_ ? "a" : "w");
+    metrics_opened_ = true;
     if (!metrics_) {
       *error = "tfring: cannot open the metrics file '" + options.metrics_file + "' (TFRING_METRICS_FILE) for writing";
       return false;
@@ -79,10 +83,11 @@ void Monitor::OnExecuted(const std::vector<std::string>& names, OpType op, int64
   if (!options_.enabled) return;
   window_.transfer += seconds;
   window_.collectives += 1;
-  window_.bus_bytes += bytes * BusFactor(op, set_size);
+  if (seconds > 0) window_.bus_bytes += bytes * BusFactor(op, set_size);  // GPU: asynchronous, not timed
   if (op == OpType::ALLREDUCE || op == OpType::REDUCESCATTER) window_.bytes_reduced += bytes;
   if (marks_ == window_.marks_at_start)  // only needed while nothing marks steps
-    for (const auto& n : names) ++window_.names[n];
+    for (const auto& n : names)
+      if (window_.names.size() < kMaxNames || window_.names.count(n)) ++window_.names[n];
 }
 
 double Monitor::Steps() const {
@@ -99,11 +104,11 @@ bool Monitor::WantRound(double now) {
   if (!configured_) return false;
   if (flush_) return true;
   const bool timeline = timeline_ && timeline_->enabled();
-  if (rank_ != 0) return timeline && timeline_->buffered() >= (4u << 20);
+  // Another rank: when its timeline buffer grows, or holds events after it stopped recording.
+  if (rank_ != 0) return timeline_ && (timeline_->buffered() >= (4u << 20) || (!timeline && timeline_->buffered()));
   if (!options_.enabled && !timeline) return false;
-  if (!options_.stragglers && !metrics_ && !timeline) return false;
   const double elapsed = now - window_.start;
-  return elapsed >= options_.interval_seconds || (Steps() >= kRoundSteps && elapsed >= 0.05);
+  return elapsed >= options_.interval_seconds || (elapsed >= 0.05 && Steps() >= kRoundSteps);
 }
 
 std::string Monitor::Encode(int64_t sync_us) {
@@ -116,11 +121,13 @@ std::string Monitor::Encode(int64_t sync_us) {
   w.Put<double>(window_.bus_bytes);
   w.Put<int64_t>(window_.bytes_reduced);
   w.Put<int64_t>(window_.collectives);
-  w.PutString(timeline_ ? timeline_->TakeShipment() : std::string());
+  // Bounded per round, so the gather stays far below MPI's int counts however many ranks ship.
+  const size_t limit = std::max<size_t>(64 << 10, std::min<size_t>(4 << 20, (size_t(1) << 30) / size_));
+  w.PutString(timeline_ ? timeline_->TakeShipment(limit) : std::string());
   return w.Take();
 }
 
-Status Monitor::Collect(const std::vector<std::string>& all, std::vector<Row>* rows, double* steps, double* wall) {
+void Monitor::Collect(const std::vector<std::string>& all, std::vector<Row>* rows, double* steps, double* wall) {
   int64_t sync0 = 0;
   rows->assign(all.size(), Row());
   for (size_t r = 0; r < all.size(); ++r) {
@@ -130,23 +137,31 @@ Status Monitor::Collect(const std::vector<std::string>& all, std::vector<Row>* r
     std::string events;
     Row& row = (*rows)[r];
     if (!rd.Get(&sync) || !rd.Get(&s) || !rd.Get(&w) || !rd.Get(&row.wait) || !rd.Get(&row.transfer) ||
-        !rd.Get(&row.bus_bytes) || !rd.Get(&row.bytes_reduced) || !rd.Get(&row.collectives) || !rd.GetString(&events))
-      return Status::Unknown("tfring: corrupt monitor message from rank " + std::to_string(r));
+        !rd.Get(&row.bus_bytes) || !rd.Get(&row.bytes_reduced) || !rd.Get(&row.collectives) || !rd.GetString(&events)) {
+      // Never leave the round early: the other ranks already wait in its broadcast.
+      TFR_LOG(TFR_WARNING, "tfring monitor: unreadable statistics from rank " << r << "; counted as zero");
+      row = Row();
+      continue;
+    }
     if (r == 0) sync0 = sync, *steps = s, *wall = w;
     // Every rank read its clock right after the same AND returned: the difference is the clock offset.
     if (timeline_) timeline_->WriteShipment(static_cast<int>(r), events, sync - sync0);
   }
-  return Status::OK();
 }
 
 void Monitor::Judge(const std::vector<Row>& rows, double steps, double wall) {
-  if (steps <= 0) return;
-  Record rec{steps, wall, {}};
-  for (const Row& r : rows) rec.wait.push_back(r.wait);
-  history_.push_back(rec);
+  pending_.wait.resize(rows.size(), 0);
+  for (size_t r = 0; r < rows.size(); ++r) pending_.wait[r] += rows[r].wait;
+  pending_.wall += wall;
+  if (steps <= 0) return;  // a round inside a long step: its waiting counts with the next step
+  pending_.steps = steps;
+  history_.push_back(pending_);
+  pending_ = Record();
   double total = 0;
   for (const Record& h : history_) total += h.steps;
-  while (history_.size() > 1 && total - history_.front().steps >= options_.straggler_steps)
+  // The evidence: the last straggler_steps steps, but never fewer than the 3 rounds a verdict needs.
+  while (history_.size() > kMaxHistory ||
+         (history_.size() > 3 && total - history_.front().steps >= options_.straggler_steps))
     total -= history_.front().steps, history_.pop_front();
   // The rank that waited least over the evidence, and what the others waited beyond it, per step.
   const int n = size_;
@@ -166,7 +181,7 @@ void Monitor::Judge(const std::vector<Row>& rows, double steps, double wall) {
   slowest_ = s;
   slowest_ms_ = 1000 * excess(sum, s) / total;
   // Named only if it was last in each of the last 3 rounds, by more than the threshold every time.
-  bool persistent = history_.size() >= 3 && total >= 10;
+  bool persistent = history_.size() >= 3 && total >= std::min<double>(options_.straggler_steps, 10);
   for (size_t k = history_.size() >= 3 ? history_.size() - 3 : 0; persistent && k < history_.size(); ++k) {
     const Record& h = history_[k];
     const double per_step = 1000 * excess(h.wait, s) / h.steps;
@@ -218,13 +233,14 @@ std::string Monitor::Format(const std::vector<Row>& rows, double steps, double w
 Status Monitor::Round(Transport& transport, bool last) {
   const int64_t sync_us = Timeline::NowUs();
   const double began = Now();
+  flush_ = false;  // a request made from now on gets the next round
   std::vector<std::string> all;
   TFR_RETURN_IF_ERROR(transport.GatherToRoot(Encode(sync_us), &all));
   std::string summary;
   if (rank_ == 0) {
     std::vector<Row> rows;
     double steps = 0, wall = 0;
-    TFR_RETURN_IF_ERROR(Collect(all, &rows, &steps, &wall));
+    Collect(all, &rows, &steps, &wall);
     ++rounds_;
     total_steps_ += steps;
     for (size_t r = 0; r < rows.size() && r < totals_.size(); ++r) {
@@ -249,7 +265,6 @@ Status Monitor::Round(Transport& transport, bool last) {
   window_ = Window();
   window_.start = Now();
   window_.marks_at_start = marks_;
-  flush_ = false;
   ++done_;
   round_ms_ = 1000 * (Now() - began);
   return Status::OK();

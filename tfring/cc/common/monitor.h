@@ -56,7 +56,9 @@ class Monitor {
 
   std::string Summary();  // the latest round's JSON summary (any thread); "" before the first round
 
-  static constexpr int kRoundSteps = 4;  // rank 0 asks for a round every this many of its steps
+  static constexpr int kRoundSteps = 4;         // rank 0 asks for a round every this many of its steps
+  static constexpr size_t kMaxNames = 1 << 16;  // distinct names counted per window (unnamed ones are numbered)
+  static constexpr size_t kMaxHistory = 1000;
 
  private:
   struct Window {
@@ -74,7 +76,7 @@ class Monitor {
   };
   double Steps() const;
   std::string Encode(int64_t sync_us);
-  Status Collect(const std::vector<std::string>& all, std::vector<Row>* rows, double* steps, double* wall);
+  void Collect(const std::vector<std::string>& all, std::vector<Row>* rows, double* steps, double* wall);
   void Judge(const std::vector<Row>& rows, double steps, double wall);
   std::string Format(const std::vector<Row>& rows, double steps, double wall) const;
 
@@ -89,6 +91,7 @@ class Monitor {
   bool configured_ = false;
   // Rank 0.
   std::deque<Record> history_;
+  Record pending_;  // rounds without a step: their waiting joins the next round that has one
   std::vector<double> last_warned_;
   std::vector<Row> totals_;
   double total_steps_ = 0;
@@ -96,6 +99,7 @@ class Monitor {
   double straggler_ms_ = 0, evidence_steps_ = 0, slowest_ms_ = 0;
   int slowest_ = -1;
   std::FILE* metrics_ = nullptr;
+  bool metrics_opened_ = false;  // a re-init (elastic) appends to the file instead of truncating it
   double last_written_ = -1e300;
   uint64_t rounds_ = 0;
   double round_ms_ = 0;  // how long rank 0's previous round took (its whole cost, gather to broadcast)

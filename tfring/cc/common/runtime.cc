@@ -159,7 +159,8 @@ void Runtime::StopTimeline() {
   // Rank 0 closes the file after one more monitor round, so it holds the other ranks' last events (they stop
   // recording when they call this; what they buffered goes in that round). Bounded: a job whose cycles stall
   // (a rank gone) closes it after 5 s without them.
-  if (running_ && !loop_done_ && topology_.rank == 0 && topology_.size > 1 && timeline_.enabled()) {
+  if (running_ && !loop_done_ && topology_.rank == 0 && topology_.size > 1 && timeline_.enabled() &&
+      !settings_.timeline_rank0_only) {
     const uint64_t before = monitor_.RequestRound();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (monitor_.rounds_done() < before + 2 && !loop_done_ && std::chrono::steady_clock::now() < deadline) {
@@ -330,8 +331,14 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
   } else if (!response.devices.empty()) {
     if (set.id != 0)
       status = Status::InvalidArgument("tfring: GPU collectives run on the global process set only");
-    else if (PerformOnGpu(response, &taken, &status))
-      return;
+    else {
+      const int64_t bytes = LocalBytes(response.op, entries);
+      if (PerformOnGpu(response, &taken, &status)) {
+        // Names and bytes (steps are inferred from the names); the transfer runs later on the NCCL stream.
+        monitor_.OnExecuted(response.names, response.op, bytes, static_cast<int>(set.ranks.size()), 0);
+        return;
+      }
+    }
   } else if (response.op == OpType::JOIN) {
     const int last = response.last_joined_rank;  // a set rank: report the global one, as every rank number
     for (auto* e : entries)

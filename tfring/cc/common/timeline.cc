@@ -33,6 +33,9 @@ bool Timeline::Start(const std::string& path, bool mark_cycles, int rank) {
     std::fputs("[\n", file_);
   }
   first_ = true;
+  buffer_.clear();  // a previous run's events (maybe under another rank number) do not belong to this file
+  buffered_ = 0;
+  dropped_ = 0;
   mark_cycles_ = mark_cycles;
   start_us_ = NowUs();
   tracks_.clear();
@@ -85,7 +88,7 @@ void Timeline::Record(int64_t ts, const std::string& track, const std::string& t
   std::lock_guard<std::mutex> lock(mu_);
   if (!on_) return;
   if (file_) return WriteLocked(rank_, ts, track, tail);
-  if (buffer_.size() >= kMaxBuffered) {
+  if (buffered_ >= kMaxBuffered) {
     ++dropped_;
     return;
   }
@@ -93,18 +96,21 @@ void Timeline::Record(int64_t ts, const std::string& track, const std::string& t
   w.Put<int64_t>(ts);
   w.PutString(track);
   w.PutString(tail);
-  buffer_ += w.Take();
-  buffered_ = buffer_.size();
+  buffer_.push_back(w.Take());
+  buffered_ += buffer_.back().size();
 }
 
-std::string Timeline::TakeShipment() {
+std::string Timeline::TakeShipment(size_t limit) {
   std::lock_guard<std::mutex> lock(mu_);
   if (buffer_.empty() && dropped_ == 0) return std::string();
   Writer w;
   w.Put<uint64_t>(dropped_);
-  std::string out = w.Take() + buffer_;
-  buffer_.clear();
-  buffered_ = 0;
+  std::string out = w.Take();
+  while (!buffer_.empty() && out.size() + buffer_.front().size() <= limit + 8) {
+    out += buffer_.front();
+    buffered_ -= buffer_.front().size();
+    buffer_.pop_front();
+  }
   dropped_ = 0;
   return out;
 }

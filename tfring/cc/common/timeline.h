@@ -7,6 +7,7 @@
 #pragma once
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -31,9 +32,9 @@ class Timeline {
   void ActivityEnd(const std::vector<std::string>& tensors);
   void Cycle();
 
-  // Another rank: its events recorded since the last call, encoded (empty when there are none), and how many
+  // Another rank: its oldest events, encoded, up to about `limit` bytes (empty when there are none), and how many
   // bytes wait now. Events past kMaxBuffered are dropped and counted (the count travels with the next shipment).
-  std::string TakeShipment();
+  std::string TakeShipment(size_t limit);
   size_t buffered() const { return buffered_; }
   // Rank 0: writes `rank`'s shipment; offset_us: that rank's steady clock minus rank 0's.
   void WriteShipment(int rank, const std::string& bytes, int64_t offset_us);
@@ -56,7 +57,7 @@ class Timeline {
   int64_t start_us_ = 0;
   std::map<std::pair<int, std::string>, int> tracks_;  // (rank, tensor) -> tid; tid 0 holds the cycle marks
   std::map<int, bool> named_;                          // ranks whose process is named in the file
-  std::string buffer_;                                 // other ranks: encoded events waiting for a round
+  std::deque<std::string> buffer_;                     // other ranks: encoded events waiting for a round
   std::atomic<size_t> buffered_{0};
   uint64_t dropped_ = 0;
 };
