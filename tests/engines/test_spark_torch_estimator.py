@@ -202,3 +202,40 @@ def test_bad_arguments_raise_before_any_job(digits, tmp_path):
     with pytest.raises(ValueError, match="forward\\(\\) fails on the first staged row"):
         _estimator(store=store, model=torch.nn.Linear(65, 10)).fit(train)
     assert not os.path.exists(LocalStore(store).get_runs_path()) and time.monotonic() - start < 60
+
+
+def test_a_fit_with_the_same_run_id_resumes_from_the_checkpoint(fitted, digits):
+    # Also: loss_constructors instead of loss, gradients accumulated over 2 backward passes, no validation.
+    model, store, _, _ = fitted
+    again = _estimator(store=store, run_id=model.getRunId(), epochs=1, validation=None, sample_weight_col=None,
+                       loss=None, loss_constructors=[lambda: cross_entropy], backward_passes_per_step=2,
+                       metrics=None).fit(digits[0])
+    digests = again.getRankDigests()
+    assert digests[0] == digests[1] != model.getRankDigests()[0]
+    first, resumed = model.getHistory()[0]["train"]["loss"], again.getHistory()[0]["train"]["loss"]
+    assert resumed < 0.5 * first and set(again.getHistory()[0]) == {"epoch", "train"}, (first, resumed)
+
+
+def test_predict_frames_for_a_two_output_model_and_an_empty_batch():
+    import pandas as pd
+    from types import SimpleNamespace
+    from tfring.spark.torch.predict import predict_frames
+
+    class TwoHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 3)
+
+        def forward(self, x):
+            return self.a(x), self.b(x).softmax(dim=1)
+
+    model = TwoHeads()
+    payload = SimpleNamespace(value=cloudpickle.dumps(model))  # what a Spark broadcast offers
+    frame = pd.DataFrame({"f": [np.array([1.0, 3.0]), np.array([2.0, 4.0]), np.array([0.0, 1.0])]})
+    empty, full = predict_frames(iter([frame.iloc[:0], frame]), "t", payload, ["f"], [[-1, 2]], ["y", "p"],
+                                 [True, False], 2)  # batches of 2 rows: the outputs of 2 calls joined
+    assert list(empty.columns) == ["y", "p"] and len(empty) == 0
+    with torch.no_grad():
+        want = model(torch.tensor([[1.0, 3.0], [2.0, 4.0], [0.0, 1.0]]))
+    assert np.allclose(full["y"].to_numpy(), want[0][:, 0].numpy(), atol=1e-6)
+    assert np.allclose(np.stack(full["p"].to_numpy()), want[1].numpy(), atol=1e-6)

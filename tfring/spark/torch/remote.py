@@ -141,9 +141,19 @@ def _pick(tensors, index):
     return [t[index] for t in tensors]
 
 
+def _to_cpu(torch, value):
+    """Tensors inside dicts/lists/tuples moved to the CPU (a driver without a GPU unpickles the checkpoint)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(torch, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(torch, v) for v in value)
+    return value
+
+
 def _save_checkpoint(torch, model, optimizer, size, path):
-    state = {"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-             "optimizer": scale_lr(optimizer.state_dict(), 1.0 / size)}
+    state = _to_cpu(torch, {"model": model.state_dict(), "optimizer": scale_lr(optimizer.state_dict(), 1.0 / size)})
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.save(state, path + ".tmp")
     os.replace(path + ".tmp", path)  # readers never see half a checkpoint
@@ -216,7 +226,7 @@ def train(spec):
         if rank == 0:
             state = _save_checkpoint(torch, model, optimizer, size, spec["checkpoint_path"])
             if spec["verbose"]:
-                print("epoch %d/%d: %s" % (epoch + 1, spec["epochs"], entry), flush=True)
+                print("epoch %d/%d: %s" % (epoch + 1, spec["epochs"], _summary(entry)), flush=True)
         for cb in callbacks:
             cb.on_epoch_end(epoch, entry)
 
@@ -225,6 +235,16 @@ def train(spec):
     if rank == 0:
         result.update(state=state, history=history)
     return result
+
+
+def _summary(entry):
+    """One line of an epoch's history entry: 'train loss 0.1234 group_0_label 0.9500, validation loss ...'."""
+    parts = []
+    for stage in ("train", "validation"):
+        if stage in entry:
+            values = [("loss", entry[stage]["loss"])] + [kv for g in entry[stage]["all_metrics"] for kv in g.items()]
+            parts.append(stage + " " + " ".join("%s %.4f" % kv for kv in values))
+    return ", ".join(parts)
 
 
 def _validate(spec, model, loss_fn, val, torch, hvd):
