@@ -177,10 +177,11 @@ class TorchEstimator(Estimator):
             inputs.append(x)
         model = self.getModel()
         training = model.training
+        device = next(iter(model.parameters()), torch.empty(0)).device  # a model the user put on a GPU
         try:
             model.eval()
             with torch.no_grad():
-                outputs = model(*inputs)
+                outputs = model(*[x.to(device) for x in inputs])
         except Exception as e:
             raise ValueError("TorchEstimator: the model's forward() fails on the first staged row: %s: %s"
                              % (type(e).__name__, e)) from None
