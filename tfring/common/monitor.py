@@ -51,6 +51,27 @@ def mark_step():
         _core().tfring_mark_step()
 
 
+_labelled = {}
+
+
+def label_group(names, labels):
+    """Registers labels for collectives by name, each once (a training loop labels the same names every step).
+
+    Args:
+        names: negotiated names.
+        labels: one per name (None or "": no label).
+    """
+    for name, label in zip(names, labels):
+        if label and _labelled.get(name) != label:
+            _labelled[name] = label
+            label_tensor(name, label)
+
+
+def variable_label(var):
+    """The stall-report label of var's gradient: "gradient of <its path or name>"."""
+    return "gradient of %s" % (getattr(var, "path", None) or getattr(var, "name", None) or "a variable")
+
+
 def label_tensor(name, label):
     """Shows `label` next to the collective `name` in stall reports.
 

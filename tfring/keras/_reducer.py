@@ -4,8 +4,15 @@ grouped allreduce. Inside the JAX trainer's jitted step the collectives are comp
 import keras
 
 from tfring.common import gradient_groups
+from tfring.common.monitor import label_group, variable_label
 from tfring.common.process_sets import process_set_size
 from tfring.common.reduce_ops import Average
+
+
+def grouped_names(name, n):
+    """The names the core negotiates for a grouped collective named `name` of n tensors (tfring.jax's and
+    tfring.torch's rule, before the torch binding's prefix)."""
+    return [name] if n == 1 else ["%s_%dof%d" % (name, j + 1, n) for j in range(n)]
 
 
 def var_key(var):
@@ -29,11 +36,12 @@ class GradientReducer:
 
     def __init__(self, who, grouped_allreduce, op=Average, compression=None, sparse_as_dense=False,
                  gradient_predivide_factor=1.0, groups=None, num_groups=0, process_set=None, device_dense="",
-                 device_sparse="", scale_local_gradients=True):
+                 device_sparse="", scale_local_gradients=True, core_names=grouped_names):
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("%s: gradient_predivide_factor=%r needs op=Average" % (who, gradient_predivide_factor))
         self.who = who
         self._grouped_allreduce = grouped_allreduce
+        self._core_names = core_names  # the binding's naming rule: stall reports label the gradients by them
         self.op, self.compression = op, compression
         self.predivide = gradient_predivide_factor
         self.groups = gradient_groups.check_groups(who, groups, num_groups,
@@ -70,9 +78,15 @@ class GradientReducer:
         pre, post = (1.0 / self.predivide, self.predivide) if self.op == Average else (1.0, 1.0)
         out = list(grads)
         for idx in gradient_groups.split_groups(self.who, self.groups, present, keys, var_key):
+            name = None
+            if variables is not None:
+                # Named after the group's first variable (identical on every rank, unique within the process:
+                # Keras makes layer names unique), so stall reports can say which variable each gradient is.
+                name = "grads.%s.n%d" % (variables[idx[0]].path, len(idx))
+                label_group(self._core_names(name, len(idx)), [variable_label(variables[i]) for i in idx])
             reduced = self._grouped_allreduce([grads[i] for i in idx], op=self.op, compression=self.compression,
                                               prescale_factor=pre, postscale_factor=post,
-                                              process_set=self.process_set)
+                                              process_set=self.process_set, name=name)
             for i, r in zip(idx, reduced):
                 out[i] = r
         if self.scale_local_gradients:  # as Horovod (its pull 3695): local variables move at the global scale

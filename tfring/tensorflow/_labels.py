@@ -6,15 +6,9 @@ import threading
 
 import tensorflow as tf
 
-from tfring.common.monitor import label_tensor
+from tfring.common.monitor import label_group, variable_label as of_variable  # noqa: F401
 
 _ctx = threading.local()
-_registered = {}
-
-
-def of_variable(var):
-    """The label of var's gradient."""
-    return "gradient of %s" % (getattr(var, "path", None) or getattr(var, "name", None) or "a variable")
 
 
 @contextlib.contextmanager
@@ -53,8 +47,4 @@ def register(op_type, result, given_name, ignore_name_scope, labels):
             base = base.rsplit("/", 1)[-1]
     else:
         base = given_name or op_type
-    for i, label in enumerate(labels):
-        name = base if len(labels) == 1 else "%s_%d" % (base, i)
-        if label and _registered.get(name) != label:
-            _registered[name] = label
-            label_tensor(name, label)
+    label_group([base] if len(labels) == 1 else ["%s_%d" % (base, i) for i in range(len(labels))], labels)

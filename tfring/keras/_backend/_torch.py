@@ -17,7 +17,13 @@ def _grouped_allreduce(tensors, compression=Compression.none, **kwargs):
     return binding.grouped_allreduce(tensors, compression=compression, **kwargs)
 
 
-GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=_grouped_allreduce)
+def _core_names(name, n):
+    """tfring.torch negotiates a grouped allreduce's tensors as "grouped_allreduce.<name>_<i>of<n>"."""
+    return ["grouped_allreduce." + x for x in _reducer.grouped_names(name, n)]
+
+
+GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=_grouped_allreduce,
+                                    core_names=_core_names)
 
 
 def to_native(value):
