@@ -1,6 +1,7 @@
 """The monitor on real ranks: a rank slowed by a sleep is named (warning, tfring.metrics() on every rank) within
-20 steps at np=2 and 3; a clean 500-step run names nobody; tfringrun --metrics-file writes every rank's numbers;
-(TF, torch and JAX loops); a stall report names the Keras layer's variable behind a waiting gradient and what the missing rank waits on."""
+20 steps at np=2 and 3 (TF, torch and JAX loops); a clean 500-step run names nobody; tfringrun --metrics-file writes
+every rank's numbers; a stall report names the Keras layer's variable behind a waiting gradient (every Keras
+backend) and what the missing rank waits on."""
 import json
 import os
 import subprocess
