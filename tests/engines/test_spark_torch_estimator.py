@@ -205,15 +205,20 @@ def test_bad_arguments_raise_before_any_job(digits, tmp_path):
 
 
 def test_a_fit_with_the_same_run_id_resumes_from_the_checkpoint(fitted, digits):
-    # Also: loss_constructors instead of loss, gradients accumulated over 2 backward passes, no validation.
+    # Also: loss_constructors instead of loss, gradients accumulated over 2 backward passes, no metrics, and a
+    # validation column (its true rows are the validation set).
     model, store, _, _ = fitted
-    again = _estimator(store=store, run_id=model.getRunId(), epochs=1, validation=None, sample_weight_col=None,
+    df = digits[0].selectExpr("*", "id % 10 = 1 AS is_val")
+    again = _estimator(store=store, run_id=model.getRunId(), epochs=1, validation="is_val", sample_weight_col=None,
                        loss=None, loss_constructors=[lambda: cross_entropy], backward_passes_per_step=2,
-                       metrics=None).fit(digits[0])
+                       metrics=None).fit(df)
     digests = again.getRankDigests()
     assert digests[0] == digests[1] != model.getRankDigests()[0]
+    assert sum(again.getRankRows()) == df.filter("NOT is_val").count()
     first, resumed = model.getHistory()[0]["train"]["loss"], again.getHistory()[0]["train"]["loss"]
-    assert resumed < 0.5 * first and set(again.getHistory()[0]) == {"epoch", "train"}, (first, resumed)
+    assert resumed < 0.5 * first, (first, resumed)
+    validation = again.getHistory()[0]["validation"]
+    assert validation["all_metrics"] == [] and 0 < validation["loss"] < 0.5 * first, validation
 
 
 def test_predict_frames_for_a_two_output_model_and_an_empty_batch():
