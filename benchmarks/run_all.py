@@ -6,6 +6,7 @@ autotune vs hand-picked fusion thresholds. Medians across runs go to summary.jso
 bus_bandwidth.png.
 
     python benchmarks/run_all.py --runs 3 --horovod-python ~/horovod-0.28.1-env/bin/python
+    python benchmarks/run_all.py --quick    # about 5 minutes: issue #30's ratios and goals from one run (quick.py)
 """
 import argparse
 import json
@@ -14,6 +15,7 @@ import statistics
 import subprocess
 import sys
 
+import quick
 from impl import write_json
 from report import autotune_md, plot, suite_md, train_md
 
@@ -131,8 +133,14 @@ def main():
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--parts", default="suite,train,autotune", help="comma-separated subset to run")
     parser.add_argument("--horovod-python", help="python of an environment with Horovod (build_horovod_env.sh)")
+    parser.add_argument("--quick", action="store_true", help="one short run printing the ratios and goals only")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.quick:
+        summary, md = quick.run(args, ["tfring"] + (["horovod"] if args.horovod_python else []), job, median_rows)
+        write_json(os.path.join(args.out, "quick.json"), summary)
+        print("\n".join(md))
+        return
     parts = args.parts.split(",")
     impls = ["tfring"] + (["horovod"] if args.horovod_python else [])
     summary, md = {"np": 2, "runs": args.runs, "impls": impls}, []
