@@ -57,7 +57,8 @@ def on_rank_0(check, *args):
 def load_timeline(path):
     with open(path) as f:
         events = json.load(f)  # a complete JSON array once the runtime is shut down
-    tracks = {e["args"]["name"]: e["tid"] for e in events if e.get("ph") == "M"}
+    events = [e for e in events if e.get("pid") == 0]  # rank 0's process (every rank has one)
+    tracks = {e["args"]["name"]: e["tid"] for e in events if e.get("name") == "thread_name"}
     return events, tracks
 
 
