@@ -366,6 +366,8 @@ setup(
                     # The torch binding compiles against the torch in the environment: install torch first, then
                     # tfring with --no-build-isolation (README).
                     "torch": ["torch>=2.1"],
+                    # tfring.spark.lightning (README "PyTorch Lightning on Spark DataFrames"): Lightning 2.x.
+                    "lightning": ["lightning>=2.0,<3"],
                     # The JAX binding (XLA FFI handlers, built against jaxlib's headers: --no-build-isolation).
                     "jax": ["jax[cpu]>=0.10.2", "optax>=0.2"],
                     # Engines (README "Spark", "Ray"): optional, the base install stays lean.

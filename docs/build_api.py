@@ -32,7 +32,8 @@ PUBLIC_MODULES = ["tfring", "tfring.keras", "tfring.callbacks", "tfring.keras.ca
 # Checked where their framework or engine is installed (they build on its classes, e.g. torch.optim, pyspark.ml).
 OPTIONAL_MODULES = {"tfring.torch": "torch", "tfring.torch.elastic": "torch", "tfring.jax": "jax",
                     "tfring.spark.keras": "pyspark", "tfring.spark.common": "pyspark",
-                    "tfring.spark.torch": "pyspark,torch"}  # comma: every one of them
+                    "tfring.spark.torch": "pyspark,torch",
+                    "tfring.spark.lightning": "pyspark,torch,lightning"}  # comma: every one of them
 CALLBACKS = ["BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "LearningRateScheduleCallback",
              "LearningRateWarmupCallback", "MetricAverageCallback"]
 # What the HTML pages of modules without __all__ list (tfring.keras also has everything of tfring's page).

@@ -35,7 +35,8 @@ RULES = {
     "keras": ({"common", "tensorflow", "torch", "jax"}, {"keras", "tf_keras", "tensorflow", "torch", "jax"}),
     "runner": ({"common"}, set()),
     # Engines start jobs through the launcher; their estimators train with the Keras layer or tfring.torch.
-    "spark": ({"runner", "common", "keras", "tensorflow", "torch"}, {"pyspark", "keras", "tensorflow", "torch"}),
+    "spark": ({"runner", "common", "keras", "tensorflow", "torch"},
+              {"pyspark", "keras", "tensorflow", "torch", "lightning", "pytorch_lightning"}),
     "ray": ({"runner", "common"}, {"ray"}),
     # python -m tfring.migrate: reads scripts with ast, imports no framework and no binding.
     "migrate": (set(), set()),

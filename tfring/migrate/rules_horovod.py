@@ -33,6 +33,7 @@ MODULES = {
     "horovod.spark": "tfring.spark",
     "horovod.spark.keras": "tfring.spark.keras",
     "horovod.spark.torch": "tfring.spark.torch",
+    "horovod.spark.lightning": "tfring.spark.lightning",
     "horovod.spark.common": "tfring.spark.common",
     "horovod.spark.common.store": "tfring.spark.common.store",
     "horovod.ray": "tfring.ray",
@@ -63,7 +64,6 @@ MISSING = {
 ABSENT = {
     "horovod.tensorflow.data": "tf.data service helpers are not built: distribute the input with "
                                "dataset.shard(hvd.size(), hvd.rank())",
-    "horovod.spark.lightning": "the Spark LightningEstimator is not built: tfring.spark.run with a training function",
     "horovod.spark.tensorflow": "tf.data service on Spark is not built",
     "horovod.data": "Horovod's data loaders are not built: the framework's own loader, sharded by rank",
     "horovod.ray.elastic": "elastic Ray jobs are not built: tfring.ray.RayExecutor",

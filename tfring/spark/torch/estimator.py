@@ -36,6 +36,54 @@ def _input_shapes(given, first_row):
     return [list(s) if list(s)[:1] == [-1] else [-1] + list(s) for s in given]
 
 
+def dry_run(owner, model, feature_cols, input_shapes, labels, units):
+    """Shapes the first staged row as the ranks will and runs the model on it, still on the driver.
+
+    Args:
+        owner: the estimator's class name, for messages.
+        model: the torch module.
+        feature_cols: the feature columns, one per forward() argument.
+        input_shapes: the given input shapes, or None.
+        labels: the number of label columns (the model's outputs).
+        units: `data.row_group_units()` of the training data.
+
+    Returns:
+        list: the input shapes (-1 first) the ranks use.
+
+    Raises:
+        ValueError: a column does not fit its shape, forward() fails, or it returns another number of outputs.
+    """
+    f, i, _ = units[0]
+    table = pq.ParquetFile(f).read_row_group(i, columns=feature_cols).slice(0, 1)
+    arrays = [column_to_numpy(table, c).astype(np.float32) for c in feature_cols]
+    shapes = _input_shapes(input_shapes, arrays)
+    inputs = []
+    for name, array, shape in zip(feature_cols, arrays, shapes):
+        try:
+            x = torch.from_numpy(array).reshape(shape)
+        except RuntimeError:
+            x = None
+        if x is None or x.shape[0] != 1:
+            raise ValueError("%s: column %s holds %d value(s) per row; input_shapes gives %s"
+                             % (owner, name, array.size, shape))
+        inputs.append(x)
+    training = model.training
+    device = next(iter(model.parameters()), torch.empty(0)).device  # a model the user put on a GPU
+    try:
+        model.eval()
+        with torch.no_grad():
+            outputs = model(*[x.to(device) for x in inputs])
+    except Exception as e:
+        raise ValueError("%s: the model's forward() fails on the first staged row: %s: %s"
+                         % (owner, type(e).__name__, e)) from None
+    finally:
+        model.train(training)
+    count = len(outputs) if isinstance(outputs, (list, tuple)) else 1
+    if count != labels:
+        raise ValueError("%s: label_cols has %d column(s), the model %d output(s)" % (owner, labels, count))
+    return shapes
+
+
 @with_params(ESTIMATOR_PARAMS)
 class TorchEstimator(Estimator):
     """Spark Estimator that fits a torch module to a DataFrame with tfring (Horovod's `TorchEstimator`).
@@ -156,42 +204,8 @@ class TorchEstimator(Estimator):
         return [g if isinstance(g, (list, tuple)) else [g] for g in self.getMetrics() or []]
 
     def _dry_run(self, units):
-        """Shapes the first staged row as the ranks will and runs the model on it, still on the driver.
-
-        Returns:
-            list: the input shapes (-1 first) the ranks use.
-        """
-        f, i, _ = units[0]
-        table = pq.ParquetFile(f).read_row_group(i, columns=self.getFeatureCols()).slice(0, 1)
-        arrays = [column_to_numpy(table, c).astype(np.float32) for c in self.getFeatureCols()]
-        shapes = _input_shapes(self.getInputShapes(), arrays)
-        inputs = []
-        for name, array, shape in zip(self.getFeatureCols(), arrays, shapes):
-            try:
-                x = torch.from_numpy(array).reshape(shape)
-            except RuntimeError:
-                x = None
-            if x is None or x.shape[0] != 1:
-                raise ValueError("TorchEstimator: column %s holds %d value(s) per row; input_shapes gives %s"
-                                 % (name, array.size, shape))
-            inputs.append(x)
-        model = self.getModel()
-        training = model.training
-        device = next(iter(model.parameters()), torch.empty(0)).device  # a model the user put on a GPU
-        try:
-            model.eval()
-            with torch.no_grad():
-                outputs = model(*[x.to(device) for x in inputs])
-        except Exception as e:
-            raise ValueError("TorchEstimator: the model's forward() fails on the first staged row: %s: %s"
-                             % (type(e).__name__, e)) from None
-        finally:
-            model.train(training)
-        count = len(outputs) if isinstance(outputs, (list, tuple)) else 1
-        if count != len(self.getLabelCols()):
-            raise ValueError("TorchEstimator: label_cols has %d column(s), the model %d output(s)"
-                             % (len(self.getLabelCols()), count))
-        return shapes
+        return dry_run("TorchEstimator", self.getModel(), self.getFeatureCols(), self.getInputShapes(),
+                       len(self.getLabelCols()), units)
 
     def _fit(self, df):
         self._check(df)

@@ -13,7 +13,7 @@ import numpy as np
 
 from tfring.spark.common.job import weights_digest
 
-__all__ = ["train", "train_minibatch", "scale_lr"]
+__all__ = ["train", "train_minibatch", "scale_lr", "index_batches", "to_cpu"]
 
 
 def train_minibatch(model, optimizer, transform_outputs, loss_fn, inputs, labels, sample_weights,
@@ -126,8 +126,19 @@ def _load(spec, units, rank, size, torch, device):
     return inputs, labels, tensor(weight_col) if weight_col else None, table.num_rows
 
 
-def _batches(rows, batch_size, shuffle, generator, torch):
-    """Endless index batches: successive (shuffled) passes over the rows, cut into full batches."""
+def index_batches(rows, batch_size, shuffle, generator, torch):
+    """Endless index batches: successive (shuffled) passes over the rows, cut into full batches.
+
+    Args:
+        rows: the number of rows.
+        batch_size: rows per batch.
+        shuffle: a new random order for every pass (else the rows in order).
+        generator: the torch.Generator of the orders.
+        torch: the torch module.
+
+    Yields:
+        torch.Tensor: the row indices of each batch.
+    """
     pending = torch.arange(0)
     while True:
         while len(pending) < batch_size:
@@ -141,19 +152,27 @@ def _pick(tensors, index):
     return [t[index] for t in tensors]
 
 
-def _to_cpu(torch, value):
-    """Tensors inside dicts/lists/tuples moved to the CPU (a driver without a GPU unpickles the checkpoint)."""
+def to_cpu(torch, value):
+    """Tensors inside dicts/lists/tuples moved to the CPU (a driver without a GPU unpickles the checkpoint).
+
+    Args:
+        torch: the torch module.
+        value: a tensor, or dicts/lists/tuples holding tensors (anything else is returned as it is).
+
+    Returns:
+        The same structure with detached CPU tensors.
+    """
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, dict):
-        return {k: _to_cpu(torch, v) for k, v in value.items()}
+        return {k: to_cpu(torch, v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(torch, v) for v in value)
+        return type(value)(to_cpu(torch, v) for v in value)
     return value
 
 
 def _save_checkpoint(torch, model, optimizer, size, path):
-    state = _to_cpu(torch, {"model": model.state_dict(), "optimizer": scale_lr(optimizer.state_dict(), 1.0 / size)})
+    state = to_cpu(torch, {"model": model.state_dict(), "optimizer": scale_lr(optimizer.state_dict(), 1.0 / size)})
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.save(state, path + ".tmp")
     os.replace(path + ".tmp", path)  # readers never see half a checkpoint
@@ -205,7 +224,7 @@ def train(spec):
     inputs, labels, weights, rows = _load(spec, spec["train_units"], rank, size, torch, device)
     steps = spec["train_steps_per_epoch"] or max(1, math.floor(spec["train_rows"] / spec["batch_size"] / size))
     generator = torch.Generator().manual_seed((seed if seed is not None else 0) * 1000 + rank)
-    batches = _batches(rows, spec["batch_size"], spec["shuffle"], generator, torch)
+    batches = index_batches(rows, spec["batch_size"], spec["shuffle"], generator, torch)
     val = _load(spec, spec["val_units"], rank, size, torch, device) if spec["val_units"] else None
     history, state = [], None
     for epoch in range(spec["epochs"]):
