@@ -17,6 +17,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from conftest import local_spark  # noqa: E402
+from tfring.spark.common.backend import SparkBackend  # noqa: E402
 from tfring.spark.keras import KerasEstimator, LocalStore  # noqa: E402
 from tfring.spark.common.data import read_shard, row_group_units  # noqa: E402
 from tfring.spark.keras.remote import weights_digest  # noqa: E402
@@ -65,10 +66,14 @@ def _estimator(**kw):
 
 @pytest.fixture(scope="module")
 def fitted(digits, tmp_path_factory):
-    """(KerasModel, store, fit seconds) of one 2-rank fit."""
+    """(KerasModel, store, fit seconds) of one 2-rank fit, through Horovod's SparkBackend with inmemory_cache_all=True
+    (as Horovod's keras_spark_mnist.py passes them)."""
     store = LocalStore(str(tmp_path_factory.mktemp("store")))
     start = time.monotonic()
-    model = _estimator(store=store, sample_weight_col="weight").fit(digits[0])
+    with open(os.devnull, "w") as quiet:
+        backend = SparkBackend(num_proc=2, env=RANK_ENV, stdout=quiet, prefix_output_with_timestamp=True)
+        model = _estimator(store=store, sample_weight_col="weight", num_proc=None, backend_env=None, backend=backend,
+                           inmemory_cache_all=True).fit(digits[0])
     return model, store, time.monotonic() - start
 
 
@@ -145,6 +150,8 @@ def test_bad_arguments_raise_before_any_job(digits, tmp_path):
         _estimator(transformation_fn=lambda row: row)
     with pytest.raises(ValueError, match="unknown argument 'epoch'"):
         _estimator(epoch=3)
+    with pytest.raises(ValueError, match="give num_proc or backend, not both"):
+        _estimator(store=store, backend=SparkBackend(num_proc=2)).fit(digits[0])
     with pytest.raises(ValueError, match="only local or shared filesystem paths"):
         _estimator(store="hdfs://namenode/tmp/x").fit(digits[0])
     assert not os.path.exists(store) and time.monotonic() - start < 30

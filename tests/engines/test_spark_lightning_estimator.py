@@ -11,13 +11,23 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 torch = pytest.importorskip("torch")
-pl = pytest.importorskip("lightning.pytorch")
+# Lightning imports torch._dynamo, which imports triton, whose import crashes (SIGSEGV) a process that already loaded
+# TensorFlow (as `pytest tests` has by now): this process goes without triton (CPU only, torch treats it as absent).
+_BLOCK_TRITON = "tensorflow" in sys.modules and "triton" not in sys.modules
+if _BLOCK_TRITON:
+    sys.modules["triton"] = None
+try:
+    pl = pytest.importorskip("lightning.pytorch")
+finally:
+    if _BLOCK_TRITON:
+        del sys.modules["triton"]
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
 import cloudpickle  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from conftest import local_spark  # noqa: E402
+from tfring.spark.common.backend import SparkBackend  # noqa: E402
 from tfring.spark.common.job import weights_digest  # noqa: E402
 from tfring.spark.lightning import LightningEstimator, LocalStore  # noqa: E402
 
@@ -196,6 +206,8 @@ def test_bad_arguments_raise_before_any_job(digits, tmp_path):
         _estimator(data_module=object)
     with pytest.raises(ValueError, match="unknown argument 'epoch'"):
         _estimator(epoch=3)
+    with pytest.raises(ValueError, match="give num_proc or backend, not both"):
+        _estimator(store=store, backend=SparkBackend(num_proc=2)).fit(train)
     with pytest.raises(ValueError, match="only local or shared filesystem paths"):
         _estimator(store="hdfs://namenode/tmp/x").fit(train)
     assert not os.path.exists(store)

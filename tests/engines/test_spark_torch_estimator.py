@@ -16,6 +16,7 @@ import cloudpickle  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from conftest import local_spark  # noqa: E402
+from tfring.spark.common.backend import SparkBackend  # noqa: E402
 from tfring.spark.common.job import weights_digest  # noqa: E402
 from tfring.spark.torch import LocalStore, TorchEstimator  # noqa: E402
 
@@ -186,8 +187,12 @@ def test_bad_arguments_raise_before_any_job(digits, tmp_path):
         _estimator(store=store, optimizer="adam").fit(train)
     with pytest.raises(ValueError, match="loss_weights must be a list with one weight per label column"):
         _estimator(store=store, loss_weights=[0.5, 0.5]).fit(train)
-    with pytest.raises(ValueError, match="argument 'inmemory_cache_all' \\(Horovod\\) is not supported"):
-        _estimator(inmemory_cache_all=True)
+    with pytest.raises(ValueError, match="give num_proc or backend, not both"):
+        _estimator(store=store, backend=SparkBackend(num_proc=2)).fit(train)
+    with pytest.raises(ValueError, match="backend must be a tfring.spark.common.backend.Backend"):
+        _estimator(store=store, num_proc=None, backend="spark").fit(train)
+    with pytest.raises(ValueError, match="inmemory_cache_all must be True or False"):
+        _estimator(store=store, inmemory_cache_all="yes").fit(train)
     with pytest.raises(ValueError, match="argument 'data_module' \\(Horovod\\) is not supported"):
         _estimator(data_module=object)
     with pytest.raises(ValueError, match="unknown argument 'epoch'"):
@@ -204,14 +209,20 @@ def test_bad_arguments_raise_before_any_job(digits, tmp_path):
     assert not os.path.exists(LocalStore(store).get_runs_path()) and time.monotonic() - start < 60
 
 
-def test_a_fit_with_the_same_run_id_resumes_from_the_checkpoint(fitted, digits):
-    # Also: loss_constructors instead of loss, gradients accumulated over 2 backward passes, no metrics, and a
-    # validation column (its true rows are the validation set).
+def test_a_fit_with_the_same_run_id_resumes_from_the_checkpoint(fitted, digits, tmp_path):
+    # Also: loss_constructors instead of loss, gradients accumulated over 2 backward passes, no metrics, a
+    # validation column (its true rows are the validation set), and Horovod's SparkBackend (it sets the ranks, their
+    # environment and output) with inmemory_cache_all=True, as Horovod's examples pass them.
     model, store, _, _ = fitted
     df = digits[0].selectExpr("*", "id % 10 = 1 AS is_val")
-    again = _estimator(store=store, run_id=model.getRunId(), epochs=1, validation="is_val", sample_weight_col=None,
-                       loss=None, loss_constructors=[lambda: cross_entropy], backward_passes_per_step=2,
-                       metrics=None).fit(df)
+    with open(tmp_path / "ranks.out", "w") as out:
+        backend = SparkBackend(num_proc=2, env=RANK_ENV, stdout=out, prefix_output_with_timestamp=True)
+        again = _estimator(store=store, run_id=model.getRunId(), epochs=1, validation="is_val",
+                           sample_weight_col=None, loss=None, loss_constructors=[lambda: cross_entropy],
+                           backward_passes_per_step=2, metrics=None, num_proc=None, backend_env=None,
+                           backend=backend, inmemory_cache_all=True, verbose=1).fit(df)
+    printed = (tmp_path / "ranks.out").read_text()
+    assert "epoch 1/1: train loss" in printed, printed[-2000:]  # rank 0's summary, into the backend's stdout
     digests = again.getRankDigests()
     assert digests[0] == digests[1] != model.getRankDigests()[0]
     assert sum(again.getRankRows()) == df.filter("NOT is_val").count()

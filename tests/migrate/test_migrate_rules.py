@@ -25,6 +25,8 @@ REWRITES = [
     ("from horovod.spark.keras import KerasEstimator\n", "from tfring.spark.keras import KerasEstimator\n"),
     ("from horovod.spark.torch import TorchEstimator\n", "from tfring.spark.torch import TorchEstimator\n"),
     ("from horovod.spark.lightning import TorchEstimator\n", "from tfring.spark.lightning import TorchEstimator\n"),
+    ("from horovod.spark.common.backend import SparkBackend\n",
+     "from tfring.spark.common.backend import SparkBackend\n"),
     ("import horovod.spark\nhorovod.spark.run(f, num_proc=2)\n",
      "import tfring.spark\ntfring.spark.run(f, num_proc=2)\n"),
     ("from horovod.ray import RayExecutor\n", "from tfring.ray import RayExecutor\n"),

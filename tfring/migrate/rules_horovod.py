@@ -36,6 +36,7 @@ MODULES = {
     "horovod.spark.lightning": "tfring.spark.lightning",
     "horovod.spark.common": "tfring.spark.common",
     "horovod.spark.common.store": "tfring.spark.common.store",
+    "horovod.spark.common.backend": "tfring.spark.common.backend",
     "horovod.ray": "tfring.ray",
     "horovod.runner": "tfring.runner",
     "horovod.common.exceptions": "tfring.common.errors",

@@ -63,9 +63,34 @@ def check_data_args(owner, estimator, df):
         value = estimator.getOrDefault(name)
         if value is not None and (not isinstance(value, numbers.Integral) or value < 1):
             raise ValueError("%s: %s=%r must be a positive integer" % (owner, name, value))
+    backend = estimator.getOrDefault("backend")
+    if backend is not None:
+        if not (callable(getattr(backend, "run", None)) and callable(getattr(backend, "num_processes", None))):
+            raise ValueError("%s: backend must be a tfring.spark.common.backend.Backend (run, num_processes), got %r"
+                             % (owner, backend))
+        if estimator.getOrDefault("num_proc") is not None:
+            raise ValueError("%s: give num_proc or backend, not both (the backend sets the number of ranks)" % owner)
+    if not isinstance(estimator.getOrDefault("inmemory_cache_all"), bool):
+        raise ValueError("%s: inmemory_cache_all must be True or False" % owner)
     store = estimator.getStore()
     if store is not None and not isinstance(store, (Store, str)):
         raise ValueError("%s: store must be a tfring.spark.common.Store or a path, got %r" % (owner, store))
+
+
+def resolve_num_proc(estimator, df):
+    """The number of ranks: the backend's, else num_proc, else the SparkContext's defaultParallelism.
+
+    Args:
+        estimator: the estimator (its backend and num_proc params).
+        df: the DataFrame to fit.
+
+    Returns:
+        int.
+    """
+    backend = estimator.getOrDefault("backend")
+    if backend is not None:
+        return backend.num_processes()
+    return estimator.getOrDefault("num_proc") or df.sparkSession.sparkContext.defaultParallelism
 
 
 def resolve_store(store):
@@ -117,20 +142,24 @@ def stage_data(owner, estimator, df, store, run_id, num_proc):
     return train_units, val_units, train_rows, val_rows
 
 
-def run_job(fn, spec, num_proc, env, verbose):
-    """Runs fn(spec) on num_proc Spark tasks as one tfring job.
+def run_job(fn, spec, num_proc, env, verbose, backend=None):
+    """Runs fn(spec) on num_proc Spark tasks as one tfring job, or through the estimator's backend.
 
     Args:
         fn: the rank function.
         spec: its one argument (cloudpickled).
         num_proc: the number of ranks.
         env: environment variables added for the ranks.
-        verbose: 0 silences the ranks' output (a rank's error still comes back raised).
+        verbose: 0 silences the ranks' output (a rank's error still comes back raised); with a backend its own
+            output settings apply.
+        backend: a `tfring.spark.common.backend.Backend`, or None (`tfring.spark.run`).
 
     Returns:
         list: fn's results in rank order.
     """
     import tfring.spark
+    if backend is not None:
+        return backend.run(fn, args=(spec,), env=env)
     if verbose:
         return tfring.spark.run(fn, args=(spec,), num_proc=num_proc, env=env)
     with open(os.devnull, "w") as quiet:

@@ -17,9 +17,9 @@ from tfring.spark.keras import remote
 from tfring.spark.keras.params import ESTIMATOR_PARAMS, MODEL_PARAMS, set_params, with_params
 
 # Horovod KerasEstimator arguments tfring does not implement, with the value that means "not used".
-UNSUPPORTED = {"backend": None, "transformation_fn": None, "train_reader_num_workers": None,
+UNSUPPORTED = {"transformation_fn": None, "train_reader_num_workers": None,
                "val_reader_num_workers": None, "reader_pool_type": "thread", "label_shapes": None,
-               "checkpoint_callback": None, "inmemory_cache_all": False, "use_gpu": True, "mp_start_method": None,
+               "checkpoint_callback": None, "use_gpu": True, "mp_start_method": None,
                "shuffle_buffer_size": None, "compress_sparse_cols": False}
 
 
@@ -48,9 +48,9 @@ class KerasEstimator(Estimator):
     on the ranks, as in Horovod (a learning-rate schedule is left as it is). Feature columns may hold numbers,
     arrays of numbers or `pyspark.ml.linalg` vectors; they are reshaped to the model's input shapes.
 
-    Of Horovod's arguments these are not supported and raise ValueError when set: backend, transformation_fn,
-    train_reader_num_workers, val_reader_num_workers, reader_pool_type, label_shapes, checkpoint_callback,
-    inmemory_cache_all (each rank always holds its shard in memory), use_gpu, mp_start_method,
+    Of Horovod's arguments these are not supported and raise ValueError when set: transformation_fn,
+    train_reader_num_workers, val_reader_num_workers, reader_pool_type, label_shapes, checkpoint_callback, use_gpu,
+    mp_start_method,
     shuffle_buffer_size and compress_sparse_cols. The store is a local or shared filesystem path (no HDFS), a
     pre-trained optimizer's state is not carried over, and the estimator and model are not MLWritable.
 
@@ -82,6 +82,11 @@ class KerasEstimator(Estimator):
         custom_objects: {name: class or function} needed to rebuild the model, loss or metrics.
         gradient_compression: `tfring.Compression.fp16`/`.bf16` for the gradients' allreduces.
         backend_env: {name: value} added to the ranks' environment.
+        backend: a `tfring.spark.common.backend.Backend` (e.g. `SparkBackend(num_proc=2, stdout=sys.stdout,
+            prefix_output_with_timestamp=True)`) that runs the ranks; it sets the number of ranks (num_proc must
+            then be left out).
+        inmemory_cache_all: accepted (True or False) for Horovod's scripts: each rank always reads its shard once
+            and holds it in memory, which is what True asks of Horovod.
         **unsupported: Horovod arguments tfring does not implement (see above).
 
     Raises:
@@ -96,7 +101,7 @@ class KerasEstimator(Estimator):
                  batch_size=None, val_batch_size=None, epochs=None, verbose=None, random_seed=None, shuffle=None,
                  partitions_per_process=None, run_id=None, train_steps_per_epoch=None,
                  validation_steps_per_epoch=None, store=None, custom_objects=None, gradient_compression=None,
-                 backend_env=None, **unsupported):
+                 backend_env=None, backend=None, inmemory_cache_all=None, **unsupported):
         super().__init__()
         job.check_unsupported("KerasEstimator", UNSUPPORTED, unsupported)
         given = dict(locals())
@@ -131,7 +136,7 @@ class KerasEstimator(Estimator):
 
     def _fit(self, df):
         self._check(df)
-        num_proc = self.getNumProc() or df.sparkSession.sparkContext.defaultParallelism
+        num_proc = job.resolve_num_proc(self, df)
         store = job.resolve_store(self.getStore())
         run_id = self.getRunId() or "keras_%d_%s" % (time.time(), uuid.uuid4().hex[:8])
         train_units, val_units, train_rows, _ = job.stage_data("KerasEstimator", self, df, store, run_id, num_proc)
@@ -157,7 +162,8 @@ class KerasEstimator(Estimator):
             "validation_steps_per_epoch": self.getValidationStepsPerEpoch() if val_units else None,
             "checkpoint_path": store.get_checkpoint_path(run_id), "logs_path": store.get_logs_path(run_id),
         }
-        results = job.run_job(remote.train, spec, num_proc, self.getBackendEnv(), self.getVerbose())
+        results = job.run_job(remote.train, spec, num_proc, self.getBackendEnv(), self.getVerbose(),
+                              self.getBackend())
         with keras.utils.custom_object_scope(self.getCustomObjects() or {}):
             trained = keras.models.model_from_json(spec["model_json"])
             trained.set_weights(results[0]["weights"])

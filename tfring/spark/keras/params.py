@@ -39,6 +39,9 @@ ESTIMATOR_PARAMS = {
     "custom_objects": ("custom Keras classes/functions by name, for (de)serializing the model", None, {}),
     "gradient_compression": ("tfring.Compression for the DistributedOptimizer's allreduces", None, None),
     "backend_env": ("environment variables added for the ranks", None, {}),
+    "backend": ("a tfring.spark.common.backend.Backend (e.g. SparkBackend) that runs the ranks; sets num_proc",
+                None, None),
+    "inmemory_cache_all": ("accepted for Horovod's scripts: each rank always holds its shard in memory", None, False),
 }
 
 MODEL_PARAMS = {

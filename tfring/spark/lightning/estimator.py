@@ -17,12 +17,12 @@ from tfring.spark.torch.estimator import dry_run
 from tfring.spark.torch.model import TorchModel
 
 # Horovod arguments tfring does not implement, with the value that means "not used".
-UNSUPPORTED = {"backend": None, "optimizer": None, "loss": None, "loss_constructors": None, "loss_weights": None,
+UNSUPPORTED = {"optimizer": None, "loss": None, "loss_constructors": None, "loss_weights": None,
                "metrics": None, "train_minibatch_fn": None, "data_module": None, "loader_num_epochs": None,
                "shuffle_buffer_size": None, "transformation_fn": None, "transformation_edit_fields": None,
                "transformation_removed_fields": None, "train_reader_num_workers": None,
                "val_reader_num_workers": None, "reader_pool_type": None, "label_shapes": None,
-               "inmemory_cache_all": False, "debug_data_loader": False, "train_async_data_loader_queue_size": None,
+               "debug_data_loader": False, "train_async_data_loader_queue_size": None,
                "val_async_data_loader_queue_size": None, "mp_start_method": None}
 CHECKPOINT = "checkpoint.ckpt"
 
@@ -59,11 +59,11 @@ class LightningEstimator(Estimator):
     `{"epoch": e, <logged metric>: value}`, from the Trainer's callback metrics averaged over the ranks (Horovod
     returns the last epoch's logged metrics).
 
-    Of Horovod's arguments these raise ValueError when set: backend, optimizer, loss, loss_constructors,
+    Of Horovod's arguments these raise ValueError when set: optimizer, loss, loss_constructors,
     loss_weights and metrics (a LightningModule brings its own: as Horovod, which refuses the first three with one),
     train_minibatch_fn, data_module, loader_num_epochs, shuffle_buffer_size, transformation_fn,
     transformation_edit_fields, transformation_removed_fields, train/val_reader_num_workers, reader_pool_type,
-    label_shapes, inmemory_cache_all, debug_data_loader, train/val_async_data_loader_queue_size and
+    label_shapes, debug_data_loader, train/val_async_data_loader_queue_size and
     mp_start_method. A plain torch module (Horovod's legacy mode) is refused: use `tfring.spark.torch`.
 
     Args:
@@ -93,6 +93,11 @@ class LightningEstimator(Estimator):
         store: a `tfring.spark.common.Store`, or a path for `Store.create` (default: a new temporary directory).
         use_gpu: train on the GPU of each rank's local rank when torch sees one (default True; untested here).
         backend_env: {name: value} added to the ranks' environment.
+        backend: a `tfring.spark.common.backend.Backend` (e.g. `SparkBackend(num_proc=2, stdout=sys.stdout,
+            prefix_output_with_timestamp=True)`) that runs the ranks; it sets the number of ranks (num_proc must
+            then be left out).
+        inmemory_cache_all: accepted (True or False) for Horovod's scripts: each rank always reads its shard once
+            and holds it in memory, which is what True asks of Horovod.
         trainer_args: dict of `Trainer` arguments added to (or overriding) the estimator's.
         logger: a Lightning logger (default: Lightning's default one, in `<store>/runs/<run_id>/logs`).
         log_every_n_steps: the Trainer's logging interval (default 50).
@@ -111,7 +116,8 @@ class LightningEstimator(Estimator):
                  feature_cols=None, input_shapes=None, label_cols=None, validation=None, callbacks=None,
                  batch_size=None, val_batch_size=None, epochs=None, verbose=None, random_seed=None, shuffle=None,
                  partitions_per_process=None, run_id=None, train_steps_per_epoch=None,
-                 validation_steps_per_epoch=None, store=None, use_gpu=None, backend_env=None, trainer_args=None,
+                 validation_steps_per_epoch=None, store=None, use_gpu=None, backend_env=None, backend=None,
+                 inmemory_cache_all=None, trainer_args=None,
                  logger=None, log_every_n_steps=None, terminate_on_nan=None, profiler=None, num_gpus=None,
                  **unsupported):
         super().__init__()
@@ -150,7 +156,7 @@ class LightningEstimator(Estimator):
 
     def _fit(self, df):
         self._check(df)
-        num_proc = self.getNumProc() or df.sparkSession.sparkContext.defaultParallelism
+        num_proc = job.resolve_num_proc(self, df)
         store = job.resolve_store(self.getStore())
         run_id = self.getRunId() or "lightning_%d_%s" % (time.time(), uuid.uuid4().hex[:8])
         units, val_units, train_rows, val_rows = job.stage_data("LightningEstimator", self, df, store, run_id,
@@ -177,7 +183,8 @@ class LightningEstimator(Estimator):
             "log_every_n_steps": self.getLogEveryNSteps(), "terminate_on_nan": self.getTerminateOnNan(),
             "profiler": self.getProfiler(),
         }
-        results = job.run_job(remote.train, spec, num_proc, self.getBackendEnv(), self.getVerbose())
+        results = job.run_job(remote.train, spec, num_proc, self.getBackendEnv(), self.getVerbose(),
+                              self.getBackend())
         trained = copy.deepcopy(self.getModel()).cpu()
         trained.load_state_dict(results[0]["state"])
         trained.eval()

@@ -7,7 +7,7 @@ from tfring.spark.torch.params import ESTIMATOR_PARAMS as TORCH_PARAMS
 _SHARED = ("num_proc", "sample_weight_col", "gradient_compression", "feature_cols", "input_shapes", "label_cols",
            "validation", "batch_size", "val_batch_size", "epochs", "verbose", "random_seed", "shuffle",
            "partitions_per_process", "train_steps_per_epoch", "validation_steps_per_epoch", "store", "use_gpu",
-           "backend_env")
+           "backend_env", "backend", "inmemory_cache_all")
 
 # name: (description, type converter or None, default)
 ESTIMATOR_PARAMS = dict({n: TORCH_PARAMS[n] for n in _SHARED}, **{

@@ -22,15 +22,12 @@ def lightning_package(model):
         model: any object.
 
     Returns:
-        The package module, or None when `model` is no LightningModule (or Lightning is not installed).
+        The package module, or None when `model` is no LightningModule (or Lightning is not loaded).
     """
-    import importlib
+    import sys
     for name in ("lightning.pytorch", "pytorch_lightning"):
-        try:
-            pl = importlib.import_module(name)
-        except ImportError:
-            continue
-        if isinstance(model, pl.LightningModule):
+        pl = sys.modules.get(name)  # a LightningModule's package is imported already: nothing is imported here
+        if pl is not None and isinstance(model, getattr(pl, "LightningModule", ())):
             return pl
     return None
 

@@ -76,7 +76,6 @@ def make_strategy(pl, hvd, device, compression=None):
         def __init__(self):
             super().__init__(accelerator=None, parallel_devices=[device])
             self._device = device
-            self._steps = 0
 
         @property
         def root_device(self):
@@ -129,7 +128,6 @@ def make_strategy(pl, hvd, device, compression=None):
 
             def synchronized():
                 result = closure()
-                self._steps += 1
                 sync_gradients(hvd, inner, "tfring.lightning.grads.%d" % index, compression)
                 return result
             return super().optimizer_step(optimizer, synchronized, model, **kwargs)

@@ -18,10 +18,10 @@ from tfring.spark.torch.model import TorchModel
 from tfring.spark.torch.params import ESTIMATOR_PARAMS
 
 # Horovod TorchEstimator arguments tfring does not implement, with the value that means "not used".
-UNSUPPORTED = {"backend": None, "data_module": None, "continuous_cols": None, "categorical_cols": None,
+UNSUPPORTED = {"data_module": None, "continuous_cols": None, "categorical_cols": None,
                "shuffle_buffer_size": None, "transformation_fn": None, "train_reader_num_workers": None,
                "val_reader_num_workers": None, "reader_pool_type": "thread", "label_shapes": None,
-               "inmemory_cache_all": False, "mp_start_method": None}
+               "mp_start_method": None}
 CHECKPOINT = "checkpoint.pt"
 
 
@@ -101,11 +101,10 @@ class TorchEstimator(Estimator):
     resumes from it. Unlike Horovod, loss and metrics are averaged over the rows of the epoch (Horovod: over its
     batches, the same for full batches), and each rank validates its whole validation shard by default.
 
-    Of Horovod's arguments these are not supported and raise ValueError when set: backend, data_module,
+    Of Horovod's arguments these are not supported and raise ValueError when set: data_module,
     continuous_cols, categorical_cols, shuffle_buffer_size, transformation_fn, train_reader_num_workers,
-    val_reader_num_workers, reader_pool_type, label_shapes, inmemory_cache_all (each rank always holds its shard in
-    memory) and mp_start_method. The store is a local or shared filesystem path, and the estimator and model are
-    not MLWritable.
+    val_reader_num_workers, reader_pool_type, label_shapes and mp_start_method. The store is a local or shared
+    filesystem path, and the estimator and model are not MLWritable.
 
     Args:
         num_proc: number of ranks (default: the SparkContext's defaultParallelism).
@@ -145,6 +144,11 @@ class TorchEstimator(Estimator):
         backward_passes_per_step: backward passes accumulated locally before each allreduce (default 1).
         use_gpu: train on the GPU of each rank's local rank when torch sees one (default True).
         backend_env: {name: value} added to the ranks' environment.
+        backend: a `tfring.spark.common.backend.Backend` (e.g. `SparkBackend(num_proc=2, stdout=sys.stdout,
+            prefix_output_with_timestamp=True)`) that runs the ranks; it sets the number of ranks (num_proc must
+            then be left out).
+        inmemory_cache_all: accepted (True or False) for Horovod's scripts: each rank always reads its shard once
+            and holds it in memory, which is what True asks of Horovod.
         **unsupported: Horovod arguments tfring does not implement (see above).
 
     Raises:
@@ -161,7 +165,7 @@ class TorchEstimator(Estimator):
                  batch_size=None, val_batch_size=None, epochs=None, verbose=None, random_seed=None, shuffle=None,
                  partitions_per_process=None, run_id=None, train_minibatch_fn=None, train_steps_per_epoch=None,
                  validation_steps_per_epoch=None, store=None, backward_passes_per_step=None, use_gpu=None,
-                 backend_env=None, **unsupported):
+                 backend_env=None, backend=None, inmemory_cache_all=None, **unsupported):
         super().__init__()
         job.check_unsupported("TorchEstimator", UNSUPPORTED, unsupported)
         if loss is not None and loss_constructors is not None:
@@ -209,7 +213,7 @@ class TorchEstimator(Estimator):
 
     def _fit(self, df):
         self._check(df)
-        num_proc = self.getNumProc() or df.sparkSession.sparkContext.defaultParallelism
+        num_proc = job.resolve_num_proc(self, df)
         store = job.resolve_store(self.getStore())
         run_id = self.getRunId() or "pytorch_%d_%s" % (time.time(), uuid.uuid4().hex[:8])
         train_units, val_units, train_rows, _ = job.stage_data("TorchEstimator", self, df, store, run_id, num_proc)
@@ -236,7 +240,8 @@ class TorchEstimator(Estimator):
             "backward_passes_per_step": self.getBackwardPassesPerStep(), "use_gpu": self.getUseGpu(),
             "checkpoint_path": checkpoint_path,
         }
-        results = job.run_job(remote.train, spec, num_proc, self.getBackendEnv(), self.getVerbose())
+        results = job.run_job(remote.train, spec, num_proc, self.getBackendEnv(), self.getVerbose(),
+                              self.getBackend())
         state = results[0]["state"]
         trained = copy.deepcopy(self.getModel()).cpu()
         trained.load_state_dict(state["model"])

@@ -41,6 +41,9 @@ ESTIMATOR_PARAMS = {
                                  1),
     "use_gpu": ("train on the GPU of each rank's local rank when torch sees one", TypeConverters.toBoolean, True),
     "backend_env": ("environment variables added for the ranks", None, {}),
+    "backend": ("a tfring.spark.common.backend.Backend (e.g. SparkBackend) that runs the ranks; sets num_proc",
+                None, None),
+    "inmemory_cache_all": ("accepted for Horovod's scripts: each rank always holds its shard in memory", None, False),
 }
 
 MODEL_PARAMS = {
