@@ -16,6 +16,7 @@ import cloudpickle  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from conftest import local_spark  # noqa: E402
+from spark_digits import digits_frames, single_process_accuracy, transform_accuracy  # noqa: E402
 from tfring.spark.common.backend import SparkBackend  # noqa: E402
 from tfring.spark.common.job import weights_digest  # noqa: E402
 from tfring.spark.torch import LocalStore, TorchEstimator  # noqa: E402
@@ -61,13 +62,7 @@ def spark():
 
 @pytest.fixture(scope="module")
 def digits(spark):
-    """(train DataFrame, held-out DataFrame, numpy arrays): every 4th row is held out."""
-    d = sklearn_datasets.load_digits()
-    x = (d.data / 16.0).astype("float32")
-    rows = [(i, x[i].tolist(), int(d.target[i]), 1.0) for i in range(len(x))]
-    df = spark.createDataFrame(rows, "id long, features array<float>, label long, weight double")
-    held = np.arange(len(x)) % 4 == 0
-    return df.filter("id % 4 != 0"), df.filter("id % 4 = 0"), (x[~held], d.target[~held], x[held], d.target[held])
+    return digits_frames(spark)
 
 
 def _model():
@@ -87,23 +82,6 @@ def _estimator(**kw):
     return TorchEstimator(**args)
 
 
-def _single_process_accuracy(x, y, x_test, y_test):
-    """The same model, optimizer and epochs on one process over every training row (no tfring)."""
-    model = _model()
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
-    x, y = torch.from_numpy(x), torch.from_numpy(y).long()
-    generator = torch.Generator().manual_seed(1)
-    for _ in range(EPOCHS):
-        order = torch.randperm(len(x), generator=generator)
-        for i in range(0, len(x) - BATCH + 1, BATCH):
-            index = order[i:i + BATCH]
-            optimizer.zero_grad()
-            F.cross_entropy(model(x[index]), y[index]).backward()
-            optimizer.step()
-    with torch.no_grad():
-        return float((model(torch.from_numpy(x_test)).argmax(1).numpy() == y_test).mean())
-
-
 @pytest.fixture(scope="module")
 def fitted(digits, tmp_path_factory):
     """(TorchModel, store, fit seconds, the callback's directory) of one 2-rank fit."""
@@ -119,12 +97,8 @@ def test_fit_predicts_every_row_as_well_as_one_process(fitted, digits):
     from pyspark.ml.functions import array_to_vector
     model, _, seconds, _ = fitted
     assert isinstance(model, Model) and model.getOutputCols() == ["label__output"]
-    out = model.transform(digits[1]).select("id", "label", "label__output").toPandas()
-    assert len(out) == digits[1].count() == len(set(out["id"]))
-    logits = np.stack(out["label__output"].to_numpy())
-    assert logits.shape == (len(out), 10)
-    accuracy = float((logits.argmax(axis=1) == out["label"].to_numpy()).mean())
-    single = _single_process_accuracy(*digits[2])
+    accuracy, out = transform_accuracy(model, digits[1])
+    single = single_process_accuracy(_model(), LR, EPOCHS, BATCH, *digits[2])
     print("held-out accuracy %.4f on 2 ranks vs %.4f on one process, %d epochs; fit %.1f s"
           % (accuracy, single, EPOCHS, seconds))
     assert accuracy > MIN_ACCURACY and accuracy >= single - MAX_ACCURACY_GAP, (accuracy, single)
