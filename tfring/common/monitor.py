@@ -2,20 +2,10 @@
 bytes reduced and bus bandwidth, and the rank the others wait for (a straggler). Rank 0 gathers every rank's
 numbers in the monitor's rounds (every 4 steps or TFRING_MONITOR_INTERVAL_SECONDS) and broadcasts a summary, so
 `metrics()` returns the same job-wide view on every rank. See docs/observability.md."""
-import ctypes
 import json
 
 from tfring.common import library as _lib
 from tfring.common.topology import is_initialized
-
-
-def _core():
-    c = _lib.core()
-    if not getattr(c, "_monitor_declared", False):
-        c.tfring_metrics.restype = ctypes.c_char_p
-        c.tfring_set_tensor_label.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-        c._monitor_declared = True
-    return c
 
 
 def metrics():
@@ -30,7 +20,7 @@ def metrics():
     """
     if not is_initialized():
         return None
-    raw = _core().tfring_metrics()
+    raw = _lib.core().tfring_metrics()
     return json.loads(raw.decode()) if raw else None
 
 
@@ -48,7 +38,7 @@ def mark_step():
     """Says a training step ended on this rank. Optional: without marks, the monitor counts how often the most
     frequent collective ran (each gradient is reduced once per step). The Keras callback marks every batch."""
     if is_initialized():
-        _core().tfring_mark_step()
+        _lib.core().tfring_mark_step()
 
 
 _labelled = {}
@@ -79,4 +69,4 @@ def label_tensor(name, label):
         name: the collective's negotiated name.
         label: what the user calls it, e.g. "gradient of dense_1/kernel".
     """
-    _core().tfring_set_tensor_label(str(name).encode(), str(label).encode())
+    _lib.core().tfring_set_tensor_label(str(name).encode(), str(label).encode())

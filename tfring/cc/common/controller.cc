@@ -1,6 +1,5 @@
 #include "controller.h"
 
-#include <chrono>
 #include <set>
 
 #include "logging.h"
@@ -8,9 +7,6 @@
 
 namespace tfring {
 namespace {
-double MonitorClock() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 constexpr uint64_t kNotShutdown = 1, kNoUncached = 2, kNotJoined = 4, kNoMonitorRound = 8;
 }  // namespace
 
@@ -91,7 +87,7 @@ void Controller::EncodeBits(bool shutdown, Cycle* c) {
   const bool inspect = c->stall_on && coordinator_ && coordinator_->pending() > 0 && c->now - last_full_round_ >= 0.5;
   if (!c->uncached.empty() || inspect || has_proposal_) bits[0] &= ~kNoUncached;
   if (joined_) bits[0] &= ~kNotJoined;
-  if (options_.monitor && options_.monitor->WantRound(MonitorClock())) bits[0] &= ~kNoMonitorRound;
+  if (options_.monitor && options_.monitor->WantRound()) bits[0] &= ~kNoMonitorRound;
   for (const auto& kv : cached_pending_)
     if (!c->invalid.count(kv.first)) bits[1 + kv.first / 64] |= uint64_t(1) << (kv.first % 64);
   for (size_t w = 0; w < c->words; ++w) bits[1 + c->words + w] = ~uint64_t(0);

@@ -100,14 +100,14 @@ double Monitor::Steps() const {
   return static_cast<double>(most);
 }
 
-bool Monitor::WantRound(double now) {
+bool Monitor::WantRound() {
   if (!configured_) return false;
   if (flush_) return true;
   const bool timeline = timeline_ && timeline_->enabled();
   // Another rank: when its timeline buffer grows, or holds events after it stopped recording.
   if (rank_ != 0) return timeline_ && (timeline_->buffered() >= (4u << 20) || (!timeline && timeline_->buffered()));
   if (!options_.enabled && !timeline) return false;
-  const double elapsed = now - window_.start;
+  const double elapsed = Now() - window_.start;
   return elapsed >= options_.interval_seconds || (elapsed >= 0.05 && Steps() >= kRoundSteps);
 }
 
@@ -234,6 +234,7 @@ Status Monitor::Round(Transport& transport, bool last) {
   const int64_t sync_us = Timeline::NowUs();
   const double began = Now();
   flush_ = false;  // a request made from now on gets the next round
+  ++started_;
   std::vector<std::string> all;
   TFR_RETURN_IF_ERROR(transport.GatherToRoot(Encode(sync_us), &all));
   std::string summary;

@@ -40,17 +40,18 @@ class Monitor {
   // rank/size in the global set. False (with *error) if the metrics file cannot be opened.
   bool Configure(const MonitorOptions& options, int rank, int size, Timeline* timeline, std::string* error);
   void MarkStep() { ++marks_; }  // any thread: the framework says a training step ended
-  // Any thread: asks for a round in the next cycle and returns the count of rounds done so far.
+  // Any thread: asks for a round; returns the count of completed rounds that includes it (a round serves the
+  // requests made before it started: Round clears the request, then counts itself started).
   uint64_t RequestRound() {
     flush_ = true;
-    return done_;
+    return started_ + 1;
   }
   uint64_t rounds_done() const { return done_; }
 
   // Background thread only.
   void OnWait(double oldest_submit, double decided);  // this cycle's responses: the oldest local submission
   void OnExecuted(const std::vector<std::string>& names, OpType op, int64_t bytes, int set_size, double seconds);
-  bool WantRound(double now);
+  bool WantRound();
   // Every rank of the global set in the same cycle. `last`: the job is shutting down (flushes the metrics file).
   Status Round(Transport& transport, bool last);
 
@@ -85,7 +86,7 @@ class Monitor {
   Timeline* timeline_ = nullptr;
   std::atomic<int64_t> marks_{0};
   std::atomic<bool> flush_{false};
-  std::atomic<uint64_t> done_{0};
+  std::atomic<uint64_t> started_{0}, done_{0};
   Window window_;
   double covered_until_ = 0;  // the waiting intervals' union so far ends here
   bool configured_ = false;

@@ -161,12 +161,11 @@ void Runtime::StopTimeline() {
   // (a rank gone) closes it after 5 s without them.
   if (running_ && !loop_done_ && topology_.rank == 0 && topology_.size > 1 && timeline_.enabled() &&
       !settings_.timeline_rank0_only) {
-    const uint64_t before = monitor_.RequestRound();
+    const uint64_t round = monitor_.RequestRound();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (monitor_.rounds_done() < before + 2 && !loop_done_ && std::chrono::steady_clock::now() < deadline) {
+    while (monitor_.rounds_done() < round && !loop_done_ && std::chrono::steady_clock::now() < deadline) {
       signal_->Notify();
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      if (monitor_.rounds_done() == before + 1) monitor_.RequestRound();
     }
   }
   timeline_.Stop();
