@@ -22,6 +22,19 @@ _poller = None
 _drivers = {}  # rank 0: the launcher's address for each host offered for growth (as the launcher names it)
 
 
+_assigned = {}  # rank 0, in a Spark/Ray elastic job: the slot of each process a growth offer spawns, by offer
+
+
+def _learn(reply):
+    _drivers.update(reply.get("drivers") or {})
+    if reply.get("assign"):
+        _assigned[json.dumps(reply.get("add"))] = reply["assign"]
+
+
+def _slots_of(add):
+    return _assigned.get(json.dumps(add)) or []
+
+
 def rank_is_root():
     return basics.rank() == 0
 
@@ -34,7 +47,7 @@ def _poll():
         try:
             reply = client.call("/hosts", {"rank": 0})
             add = reply.get("add") or None
-            _drivers.update(reply.get("drivers") or {})
+            _learn(reply)
         except Exception as e:  # the launcher may be gone at the end of the job; growth just stops
             sys.stderr.write("tfring.elastic: cannot reach the launcher for host updates: %s\n" % e)
             add = None
@@ -99,8 +112,13 @@ def _spawn(comm, add):
     from mpi4py import MPI
     command = _command()
     drivers = {h: _drivers[h] for h, _ in add if h in _drivers}
+    env = []
     if drivers:  # the address this process uses may not be reachable from a newly added host
-        command = ["/usr/bin/env", "%s=%s" % (launch_env.ELASTIC_DRIVERS, json.dumps(drivers))] + command
+        env.append("%s=%s" % (launch_env.ELASTIC_DRIVERS, json.dumps(drivers)))
+    if _slots_of(add):  # a Spark/Ray elastic job: which slot (scheduler process) each new rank dies with
+        env.append("%s=%s" % (launch_env.SLOT_ASSIGN, json.dumps(_slots_of(add))))
+    if env:
+        command = ["/usr/bin/env"] + env + command
     info = MPI.Info.Create()
     hosts = ",".join("%s:%d" % (h, n) for h, n in add)
     info.Set("host", hosts)
@@ -119,12 +137,14 @@ def _report(comm, reason, add=()):
     of `comm` (collective over it), then the processes about to be spawned there (`add`, [[host, n], ...]; they
     take the highest ranks and cannot take part in this gather)."""
     hosts = comm.gather(host_name(), root=0)
+    slots = comm.gather(os.environ.get(launch_env.SLOT_INDEX), root=0)  # Spark/Ray elastic jobs' slot indexes
     if comm.rank == 0:
         hosts += [h for h, n in add for _ in range(n)]
+        slots = [int(s) for s in slots if s is not None] + [entry[0] for entry in _slots_of(add)]
         client = membership.client()
         if client is not None:
             try:
-                client.call("/reset", {"hosts": hosts, "reason": reason})
+                client.call("/reset", {"hosts": hosts, "reason": reason, "slots": slots})
             except Exception as e:
                 sys.stderr.write("tfring.elastic: cannot report the reset to the launcher: %s\n" % e)
 
@@ -148,7 +168,7 @@ def _wait_for_slots(comm, need):
         try:
             reply = client.call("/hosts", {"rank": 0})
             offered = reply.get("add") or []
-            _drivers.update(reply.get("drivers") or {})
+            _learn(reply)
         except Exception:
             offered = []
         if sum(n for _, n in offered) >= need:

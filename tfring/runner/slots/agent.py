@@ -44,6 +44,14 @@ def main(argv):
     try:
         host, command = split_argv(argv)
         address = json.loads(os.environ.get(launch_env.SLOT_HOSTS) or "{}").get(host)
+        if not address and os.environ.get(launch_env.SLOT_DRIVER):  # a host an elastic job added after the start
+            from tfring.runner.slots.wire import SERVICE
+            driver = DriverClient(os.environ[launch_env.SLOT_DRIVER], os.environ[launch_env.SLOT_SECRET],
+                                  timeout=10.0, name=SERVICE)
+            try:
+                address = driver.call("/where", {"host": host}).get("address")
+            except ProtocolError:
+                address = None
         if not address:
             raise ValueError("host %r is not one of this job's slots (%s)" % (host, launch_env.SLOT_HOSTS))
         client = DriverClient(address, os.environ[launch_env.SLOT_SECRET], timeout=10.0, name=TASK_SERVICE)

@@ -16,6 +16,7 @@ from tfring.runner.mpirun import plan
 from tfring.runner.output import Relay, failure_summary
 from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.net import route_address
+from tfring.runner.slots.service import LOCAL_HOST
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXIT_DEADLINE = 30.0  # seconds /exit is retried without an acknowledgement (the status polls still carry it)
@@ -83,7 +84,7 @@ class Launcher:
         client = self.client
         env = dict(os.environ if spec.get("env") is None else spec["env"])
         env.update({launch_env.SLOT_DRIVER: client.address, launch_env.SLOT_SECRET: secret,
-                    launch_env.SLOT_HOSTS: json.dumps({h: a for h, _, a in spec["hosts"][1:]}),
+                    launch_env.SLOT_HOSTS: json.dumps({h: a for h, _, a in spec["hosts"] if h != LOCAL_HOST}),
                     launch_env.SLOT_MAP: json.dumps(spec.get("slots") or [])})
         python = spec.get("executable") or sys.executable
         hosts = ",".join("%s:%d" % (h, n) for h, n, _ in spec["hosts"])
@@ -91,8 +92,8 @@ class Launcher:
             list(spec.get("args") or []) + ["--", python, os.path.join(HERE, "rank.py")]
         args = parse(argv)
         cmd, env = plan(args, env)
-        extra = []
-        if len(spec["hosts"]) > 1:
+        extra = list(spec.get("mpirun") or [])  # an elastic job's (--with-ft ulfm ...): hosts may be added later
+        if len(spec["hosts"]) > 1 or spec["hosts"][0][0] != LOCAL_HOST or spec.get("mpirun"):
             # The other hosts' daemons: started by the agent through their slot's task service, each a child of
             # that slot (no tree spawn: only this slot knows the hosts; attached: no --daemonize, which would
             # detach the daemon from the slot).

@@ -131,8 +131,15 @@ def main():
     if die_with_parent(signal.SIGKILL):
         os._exit(1)  # the parent died before the call
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    slot = find_slot(json.loads(os.environ.get(launch_env.SLOT_MAP) or "[]"),
-                     int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+    assign = os.environ.get(launch_env.SLOT_ASSIGN)
+    if assign:
+        # An elastic slot job: the driver assigned every rank its slot, and ranks are renumbered by resets, so the
+        # slot's index is this rank's name towards the driver (a spawned process: by its rank among those spawned).
+        slot = json.loads(assign)[rank]
+        rank = slot[0]
+    else:
+        slot = find_slot(json.loads(os.environ.get(launch_env.SLOT_MAP) or "[]"),
+                         int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
     driver, secret = os.environ[launch_env.SLOT_DRIVER], os.environ[launch_env.SLOT_SECRET]
     if slot is None:
         sys.stderr.write("tfring rank %d: cannot tell which slot it belongs to: it will not end with it\n" % rank)

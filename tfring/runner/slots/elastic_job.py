@@ -1,0 +1,333 @@
+"""An elastic tfring job on a scheduler's processes (Spark tasks, Ray actors): tfring.spark.run_elastic and
+tfring.ray.ElasticRayExecutor.
+
+    job = ElasticSlotJob(num_proc, min_np, max_np, bind_host).start()
+    ... the scheduler starts processes that each call tfring.runner.slots.task.serve_slot(job.address,
+        job.secret, index), any number of them, at any time, under any index (the same index again: a restart) ...
+    job.wait_ready(timeout)                        # num_proc slots registered: mpirun started on them
+    results = job.call(fn, args, kwargs)           # the final ranks' values, in rank order
+    job.stop(); job.close()
+
+Unlike the fixed-size SlotJob, mpirun runs in this (the driver's) process, under `--with-ft ulfm`: every slot only
+hosts ranks, so losing any slot, rank 0's included, is a process failure the survivors shrink past in well under a
+second (tfring.common.elastic: roll back to the last commit, no process restarted). Each rank dies with its slot
+(the watchdog of rank.py; the slot of each rank is assigned here, `TFRING_SLOT_ASSIGN`). A slot that registers
+while the job runs is offered to rank 0 (`/hosts`), which spawns a rank onto it (`MPI_Comm_spawn`) at the next
+commit. What is not survived: losing the driver, or a machine other than the driver's losing the slot that runs
+its PRRTE daemon (Open MPI ends the job when it loses a daemon; docs/elastic.md)."""
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+from tfring.common import launch_env
+from tfring.common.signed_channel import BadRequest, DriverClient, new_secret
+from tfring.common.signed_server import DriverServer
+from tfring.runner.slots.elastic_book import SlotBook, _int
+from tfring.runner.slots.job import LaunchError, RankError, _seconds
+from tfring.runner.slots.launcher import HERE, Launcher
+from tfring.runner.slots.net import host_identity
+from tfring.runner.slots.service import CALL_WAIT, _network, _str
+from tfring.runner.slots.wire import MAX_BODY, SERVICE, decode, encode
+
+SLOT_SILENCE = 30.0  # seconds without a slot's status poll (every second) before it counts as dead
+
+
+def _rank():
+    from tfring.common import basics
+    return basics.rank() if basics.is_initialized() else None
+
+
+def ranked(fn, args, kwargs):
+    """What every rank runs: fn's value with the rank that returned it (ranks are renumbered by resets); an
+    exception carries the rank in a note (the driver's RankError names it)."""
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as e:
+        if _rank() is not None:
+            e.add_note(_NOTE % _rank())
+        raise
+    return _rank(), value
+
+
+_NOTE = "(tfring rank %d)"
+_NOTE_RE = re.compile(r"^\(tfring rank (\d+)\)$", re.M)
+
+
+class ElasticSlotJob:
+    """The driver of an elastic slot job: the slots' service, the elastic ranks' channel, mpirun, the calls.
+
+    Args:
+        num_proc: ranks to start with (mpirun starts once that many slots registered).
+        min_np: fewest ranks the job goes on with.
+        max_np: most ranks (None: no limit).
+        bind_host: the address both services listen on (this machine's on the route to the slots; never a wildcard).
+        env: the ranks' environment (default this process's).
+        launch_args: more tfringrun arguments (e.g. ["--network-interfaces", "eth0"]).
+        executable: the ranks' Python (default this process's).
+        elastic_timeout: seconds a reset may take, and below min_np the wait for new slots.
+        reset_limit: most resets (None: no limit).
+        stdout, stderr: where the ranks' output goes (default this process's).
+        log: where refused requests are logged.
+        who: what messages start with ("tfring.spark.run_elastic").
+
+    Raises:
+        ValueError: inconsistent sizes or timeouts.
+    """
+
+    def __init__(self, num_proc, min_np, max_np, bind_host, env=None, launch_args=(), executable=None,
+                 elastic_timeout=600, reset_limit=None, stdout=None, stderr=None, log=None, who="tfring"):
+        for name, value in (("num_proc", num_proc), ("min_np", min_np)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError("%s: %s=%r: expected a positive integer" % (who, name, value))
+        if max_np is not None and (not isinstance(max_np, int) or isinstance(max_np, bool) or max_np < num_proc):
+            raise ValueError("%s: max_np=%r: expected an integer >= num_proc (%d) or None" % (who, max_np, num_proc))
+        if min_np > num_proc:
+            raise ValueError("%s: min_np=%d is more than num_proc=%d" % (who, min_np, num_proc))
+        _seconds("elastic_timeout", elastic_timeout)
+        self.num_proc, self.min_np, self.max_np, self.who = num_proc, min_np, max_np, who
+        self.secret = new_secret()
+        self._env, self._launch_args, self._executable = env, list(launch_args), executable
+        self._timeout, self._reset_limit = elastic_timeout, reset_limit
+        self._out, self._err = stdout, stderr
+        self._cond = threading.Condition()
+        local = "tfring-driver" if os.environ.get(launch_env.SLOT_HOST_ID) else host_identity()
+        self.book = SlotBook(self._cond, local, max_np, self._say)
+        self._exit = self._launch_error = None
+        self._stopping = self._broken = False
+        self._calls, self._results, self._seq = {}, {}, 0
+        self._launch_thread, self._closed, self.launcher = None, threading.Event(), None
+        clients = 2 * max(num_proc, max_np or 0, 8) + 8  # each slot polls, each rank long-polls
+        self._server = DriverServer(bind_host, self.secret, {
+            "/register": self._register, "/status": self._status, "/output": self._output, "/exit": self._exit_of,
+            "/call": self._call, "/result": self._result, "/gone": self._gone, "/where": self._where},
+            log=log, name=SERVICE, max_body=MAX_BODY, clients=clients)
+        self._elastic = DriverServer(bind_host, self.secret, self.book.handlers(), log=log, clients=clients)
+
+    @property
+    def address(self):
+        """The slots' service, "host:port" (what serve_slot needs, with the secret)."""
+        return self._server.address
+
+    def start(self):
+        self._server.start()
+        self._elastic.start()
+        return self
+
+    def _say(self, message):
+        stream = self._err or sys.stderr
+        stream.write("%s: %s\n" % (self.who, message))
+        stream.flush()
+
+    # -- the slots' handlers --
+
+    def _register(self, p):
+        index, pid, started = _int(p, "index"), p.get("pid"), p.get("started")
+        slot = {"host": _str(p, "host"), "address": _str(p, "address"), "seen": time.monotonic(), "dead": False,
+                "pid": pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else 0,
+                "started": started if isinstance(started, str) else None, "network": _network(p)}
+        with self._cond:
+            self.book.register(index, slot)
+            self._cond.notify_all()
+            return {"stop": self._stopping}
+
+    def _status(self, p):
+        index = _int(p, "index")
+        with self._cond:
+            slot = self.book.slots.get(index)
+            if slot is not None and not slot["dead"]:
+                slot["seen"] = time.monotonic()
+            return {"stop": self._stopping or slot is None or slot["dead"]}
+
+    def _output(self, p):
+        data, err = p.get("data"), p.get("stream") == "stderr"
+        if not isinstance(data, str):
+            raise BadRequest("data: expected a string")
+        stream = (self._err or sys.stderr) if err else (self._out or sys.stdout)
+        stream.write(data)
+        stream.flush()
+        return {}
+
+    def _exit_of(self, p):  # mpirun's exit (or why it could not start), from the launcher in this process
+        rc, error = p.get("rc"), p.get("error")
+        if not isinstance(rc, int) or isinstance(rc, bool) or (error is not None and not isinstance(error, str)):
+            raise BadRequest("rc/error: expected an integer and a string")
+        with self._cond:
+            if self._exit is None:
+                self._exit, self._launch_error = (rc, str(p.get("summary") or "")), error
+                self._cond.notify_all()
+        return {"ack": True}
+
+    def _call(self, p):
+        after = _int(p, "after")
+        deadline = time.monotonic() + CALL_WAIT
+        with self._cond:
+            while not self._stopping and self._seq <= after:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return {"wait": True}
+                self._cond.wait(left)
+            if self._stopping:
+                return {"stop": True}
+            return {"seq": after + 1, "fn": self._calls[after + 1]}
+
+    def _result(self, p):
+        slot, seq, ok, value = _int(p, "rank"), _int(p, "seq"), p.get("ok"), p.get("value")
+        if not isinstance(ok, bool) or not isinstance(value, str):
+            raise BadRequest("ok/value: expected a boolean and a string")
+        with self._cond:
+            if seq in self._calls:
+                self._results.setdefault(seq, {})[slot] = (ok, value)
+                self._cond.notify_all()
+        return {}
+
+    def _gone(self, p):  # a rank's watchdog saw its slot's process die (the rank kills itself next)
+        with self._cond:
+            self.book.gone(_int(p, "slot"))
+            self._cond.notify_all()
+        return {}
+
+    def _where(self, p):  # the slot agent: a host added after mpirun started
+        with self._cond:
+            address = self.book.address_of(_str(p, "host"))
+        if address is None:
+            raise BadRequest("host %r is not one of this job's hosts" % p.get("host"))
+        return {"address": address}
+
+    # -- the driver's API --
+
+    def _check(self):  # under the lock
+        if self._launch_error is not None:
+            raise LaunchError(self._launch_error, "the driver")
+        now = time.monotonic()
+        for index, slot in list(self.book.slots.items()):
+            if not slot["dead"] and now - slot["seen"] > SLOT_SILENCE:
+                self._say("slot %d (host %s) silent for %d s" % (index, slot["host"], SLOT_SILENCE))
+                self.book.gone(index)
+
+    def _wait(self, until, deadline, alive, expired):
+        while True:
+            with self._cond:
+                self._check()
+                if until():
+                    return
+                if time.monotonic() >= deadline:
+                    raise expired()
+                self._cond.wait(min(max(deadline - time.monotonic(), 0.01), 1.0))
+                self._check()
+                if until():
+                    return
+            if alive is not None:
+                alive()
+
+    def wait_ready(self, timeout, alive=None):
+        """Waits until num_proc slots registered, then starts mpirun on them.
+
+        Raises:
+            TimeoutError: too few slots within `timeout` seconds.
+        """
+        _seconds("timeout", timeout)
+
+        def expired():
+            return TimeoutError("%s: only %d of %d slots started within %g s" % (
+                self.who, len(self.book.live()), self.num_proc, timeout))
+        self._wait(lambda: len(self.book.live()) >= self.num_proc, time.monotonic() + timeout, alive, expired)
+        with self._cond:
+            spec = self._spec(self.book.live()[:self.num_proc], timeout)
+        self._launch_thread = threading.Thread(target=self._run_launcher, args=(spec,), daemon=True,
+                                               name="tfring-elastic-mpirun")
+        self._launch_thread.start()
+
+    def _spec(self, indexes, timeout):  # under the lock
+        hosts, ranks = self.book.placement(indexes)
+        self.book.members = set(ranks)
+        python = self._executable or sys.executable
+        env = {k: v for k, v in (os.environ if self._env is None else self._env).items()
+               if not k.startswith(launch_env.ELASTIC)}
+        env.update({
+            launch_env.ELASTIC: "1", launch_env.ELASTIC_DRIVER: self._elastic.address,
+            launch_env.ELASTIC_SECRET: self.secret, launch_env.ELASTIC_MIN_NP: str(self.min_np),
+            launch_env.ELASTIC_MAX_NP: str(self.max_np or 0), launch_env.ELASTIC_TIMEOUT: str(int(self._timeout)),
+            launch_env.ELASTIC_RESET_LIMIT: str(-1 if self._reset_limit is None else self._reset_limit),
+            launch_env.ELASTIC_COMMAND: json.dumps([python, os.path.join(HERE, "rank.py")]),
+            launch_env.SLOT_ASSIGN: json.dumps([self.book.entry(i) for i in ranks])})
+        networks = [self.book.slots[i]["network"] for i in indexes]
+        return {"np": len(ranks), "hosts": hosts, "networks": sorted(set(networks)) if all(networks) else None,
+                "env": env, "args": self._launch_args, "executable": python, "start_timeout": max(int(timeout), 10),
+                "mpirun": ["--with-ft", "ulfm", "--oversubscribe"]}
+
+    def _run_launcher(self, spec):
+        # mpirun is this thread's child (it dies with the thread: PR_SET_PDEATHSIG), so the thread lives until close.
+        client = DriverClient(self.address, self.secret, timeout=10.0, name=SERVICE)
+        self.launcher = Launcher(client, spec, self.secret)
+        self._closed.wait()
+        self.launcher.stop()
+
+    def call(self, fn, args=(), kwargs=None, alive=None, timeout=None):
+        """Runs fn(*args, **kwargs) on every rank (an elastic function: tfring.*.elastic.run); returns the values of
+        the ranks that finished the job, in their final rank order.
+
+        Raises:
+            RankError: a rank raised (the error did not come from a lost rank: hvd.elastic.run handles those).
+            LaunchError: mpirun could not be started.
+            RuntimeError: mpirun ended before the ranks answered, or no rank is left.
+            TimeoutError: not done within `timeout` seconds.
+        """
+        _seconds("timeout", timeout, none=True)
+        payload = encode((ranked, (fn, tuple(args), dict(kwargs or {})), {}))
+        with self._cond:
+            if self._broken:
+                raise RuntimeError("%s: the job cannot run more calls after a failed one" % self.who)
+            self._seq += 1
+            seq = self._seq
+            self._calls[seq] = payload
+            self._cond.notify_all()
+        state = {}
+
+        def answered():  # under the lock
+            got = self._results.get(seq, {})
+            failed = sorted(s for s, (ok, _) in got.items() if not ok)
+            if failed or (self.book.members and self.book.members <= set(got)):
+                state["failed"] = failed
+                return True
+            if self._exit is not None:
+                self._broken = True
+                raise RuntimeError("%s: mpirun exited with code %d before the ranks answered%s" % (
+                    self.who, self._exit[0], ": " + self._exit[1] if self._exit[1] else ""))
+            return False
+
+        def expired():
+            self._broken = True
+            return TimeoutError("%s: the job did not finish within %g s" % (self.who, timeout))
+        self._wait(answered, time.monotonic() + timeout if timeout else float("inf"), alive, expired)
+        with self._cond:
+            got = self._results.pop(seq, {})
+            del self._calls[seq]
+        if state["failed"]:
+            self._broken = True
+            slot = state["failed"][0]
+            found = _NOTE_RE.search(got[slot][1])
+            raise RankError(int(found.group(1)) if found else -1, got[slot][1], self.who)
+        values = sorted((decode(v) for ok, v in got.values()), key=lambda rv: (rv[0] is None, rv[0] or 0))
+        return [value for _, value in values]
+
+    def stop(self, timeout=15.0):
+        """Tells the ranks and slots to stop; waits (at most `timeout` s) for mpirun's exit."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            while self._launch_thread is not None and self._exit is None and time.monotonic() < deadline:
+                self._cond.wait(0.5)
+            return self._exit is not None
+
+    def close(self):
+        """Ends mpirun if it still runs, and both services."""
+        self._closed.set()
+        if self._launch_thread is not None:
+            self._launch_thread.join(15)
+        self._server.stop()
+        self._elastic.stop()
+
