@@ -91,13 +91,13 @@ def pytest_report_header(config):
 
 
 @contextlib.contextmanager
-def local_spark(cores, app):
+def local_spark(cores, app, max_failures=1):
     """A pyspark session in local mode on 127.0.0.1 only, whose Python workers (and so the ranks they start) use
-    this venv; the environment is restored afterwards."""
+    this venv; the environment is restored afterwards. max_failures: spark.task.maxFailures (local[N,F])."""
     from pyspark.sql import SparkSession
     saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    session = (SparkSession.builder.master("local[%d]" % cores).appName(app)
+    session = (SparkSession.builder.master("local[%d,%d]" % (cores, max_failures)).appName(app)
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(cores)).getOrCreate())

@@ -72,13 +72,15 @@ class ElasticSlotJob:
         stdout, stderr: where the ranks' output goes (default this process's).
         log: where refused requests are logged.
         who: what messages start with ("tfring.spark.run_elastic").
+        on_report: called with each JSON object a rank sends by `tfring.ray.ray_logger.log` (`/report`), or None.
 
     Raises:
         ValueError: inconsistent sizes or timeouts.
     """
 
     def __init__(self, num_proc, min_np, max_np, bind_host, env=None, launch_args=(), executable=None,
-                 elastic_timeout=600, reset_limit=None, stdout=None, stderr=None, log=None, who="tfring"):
+                 elastic_timeout=600, reset_limit=None, stdout=None, stderr=None, log=None, who="tfring",
+                 on_report=None):
         for name, value in (("num_proc", num_proc), ("min_np", min_np)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError("%s: %s=%r: expected a positive integer" % (who, name, value))
@@ -104,7 +106,9 @@ class ElasticSlotJob:
             "/register": self._register, "/status": self._status, "/output": self._output, "/exit": self._exit_of,
             "/call": self._call, "/result": self._result, "/gone": self._gone, "/where": self._where},
             log=log, name=SERVICE, max_body=MAX_BODY, clients=clients)
-        self._elastic = DriverServer(bind_host, self.secret, self.book.handlers(), log=log, clients=clients)
+        self._on_report = on_report
+        self._elastic = DriverServer(bind_host, self.secret, dict(self.book.handlers(), **{"/report": self._report}),
+                                     log=log, clients=clients)
 
     @property
     def address(self):
@@ -187,6 +191,17 @@ class ElasticSlotJob:
         with self._cond:
             self.book.gone(_int(p, "slot"))
             self._cond.notify_all()
+        return {}
+
+    def _report(self, p):  # ray_logger.log from a rank
+        info = p.get("info")
+        if not isinstance(info, dict):
+            raise BadRequest("info: expected an object")
+        if self._on_report is not None:
+            try:
+                self._on_report(info)
+            except Exception as e:  # noqa: BLE001 - a user's callback must not break the job's channel
+                self._say("a ray_logger callback raised %s: %s" % (type(e).__name__, e))
         return {}
 
     def _where(self, p):  # the slot agent: a host added after mpirun started
