@@ -237,8 +237,16 @@ class ElasticSlotJob:
             if alive is not None:
                 alive()
 
-    def wait_ready(self, timeout, alive=None):
-        """Waits until num_proc slots registered, then starts mpirun on them.
+    def wait_ready(self, timeout, alive=None, want=None, settle=10.0):
+        """Waits until num_proc slots registered, then starts mpirun on them; with `want`, also waits (at most
+        `settle` s more) for the slots the scheduler is starting, so that the job starts on all of them (up to
+        max_np) instead of growing onto them at its first commit.
+
+        Args:
+            timeout: seconds for num_proc slots to register.
+            alive: callable raising when the scheduler can no longer start slots, or None.
+            want: callable returning how many slots the scheduler has started, or None.
+            settle: seconds to wait for them after num_proc registered.
 
         Raises:
             TimeoutError: too few slots within `timeout` seconds.
@@ -249,8 +257,17 @@ class ElasticSlotJob:
             return TimeoutError("%s: only %d of %d slots started within %g s" % (
                 self.who, len(self.book.live()), self.num_proc, timeout))
         self._wait(lambda: len(self.book.live()) >= self.num_proc, time.monotonic() + timeout, alive, expired)
+        if want is not None:
+            cap = self.max_np or float("inf")
+            try:
+                self._wait(lambda: len(self.book.live()) >= min(want(), cap), time.monotonic() + settle, alive,
+                           lambda: TimeoutError())
+            except TimeoutError:
+                pass  # start on those there: the others join at the first commit
         with self._cond:
-            spec = self._spec(self.book.live()[:self.num_proc], timeout)
+            live = self.book.live()
+            count = self.num_proc if want is None else max(self.num_proc, min(len(live), self.max_np or len(live)))
+            spec = self._spec(live[:count], timeout)
         self._launch_thread = threading.Thread(target=self._run_launcher, args=(spec,), daemon=True,
                                                name="tfring-elastic-mpirun")
         self._launch_thread.start()
