@@ -1,0 +1,89 @@
+"""The books of an elastic slot job (tfring.runner.slots.elastic_book.SlotBook) on their own: growth offers in
+mpirun's host names with each spawned process's slot, restarted slots, membership from /reset, max_np; and the
+job's argument checks (tfring.runner.slots.elastic_job)."""
+import threading
+import time
+
+import pytest
+
+from tfring.common.signed_channel import BadRequest
+from tfring.runner.slots.elastic_book import SlotBook
+from tfring.runner.slots.elastic_job import ElasticSlotJob
+
+
+def _slot(host, address, pid):
+    return {"host": host, "address": address, "seen": time.monotonic(), "dead": False, "pid": pid,
+            "started": "s%d" % pid, "network": None}
+
+
+def _book(max_np=None):
+    lines = []
+    book = SlotBook(threading.Condition(), "driver-host", max_np, lines.append)
+    return book, lines
+
+
+def test_placement_puts_the_driver_host_first_and_names_others():
+    book, _ = _book()
+    book.register(0, _slot("other", "a0", 10))
+    book.register(1, _slot("driver-host", "a1", 11))
+    book.register(2, _slot("other", "a2", 12))
+    hosts, ranks = book.placement([0, 1, 2])
+    assert hosts == [["localhost", 1, "a1"], ["tfring-slot-host-2", 2, "a0"]]
+    assert ranks == [1, 0, 2]
+    assert book.address_of("tfring-slot-host-2") == "a0" and book.address_of("nowhere") is None
+
+
+def test_growth_offers_free_live_slots_with_their_assignment():
+    book, _ = _book()
+    for i, host in enumerate(["driver-host", "driver-host", "other", "driver-host"]):
+        book.register(i, _slot(host, "a%d" % i, 100 + i))
+    book.members = {0}
+    reply = book.hosts({"rank": 0})
+    # grouped by host in first-seen order: mpirun fills the spawn's hosts in that order
+    assert reply["add"] == [["localhost", 2], ["tfring-slot-host-2", 1]]
+    assert [e[0] for e in reply["assign"]] == [1, 3, 2]
+    assert reply["assign"][0] == [1, 101, "s101"] and reply["size"] == 1
+
+
+def test_growth_is_capped_by_max_np_and_skips_silent_or_dead_slots():
+    book, _ = _book(max_np=3)
+    for i in range(5):
+        book.register(i, _slot("driver-host", "a%d" % i, i + 1))
+    book.members = {0, 1}
+    book.slots[2]["seen"] -= 60  # silent: not offered
+    book.gone(3)
+    reply = book.hosts({"rank": 0})
+    assert reply["add"] == [["localhost", 1]] and [e[0] for e in reply["assign"]] == [4]
+
+
+def test_a_slot_registered_again_elsewhere_replaces_the_dead_one():
+    book, lines = _book()
+    book.register(1, _slot("h", "a1", 5))
+    book.members = {1}
+    assert book.register(1, _slot("h", "a1", 5)) is None  # the same process again: a repeated message
+    assert book.register(1, _slot("h", "b1", 6)) == 1
+    assert book.members == set() and book.slots[1]["pid"] == 6 and "restarted" in lines[-1]
+
+
+def test_reset_sets_the_members_and_checks_its_payload():
+    book, _ = _book()
+    for i in range(3):
+        book.register(i, _slot("h", "a%d" % i, i + 1))
+    book.gone(2)
+    book.reset({"hosts": ["x"], "reason": "failure", "slots": [0, 2, 7]})
+    assert book.members == {0} and book.resets == 1  # dead and unknown slots are not members
+    with pytest.raises(BadRequest, match="slots"):
+        book.reset({"slots": ["1"]})
+    with pytest.raises(BadRequest, match="rank"):
+        book.hosts({"rank": -1})
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_proc=0, min_np=1, max_np=None), "num_proc"),
+    (dict(num_proc=2, min_np=3, max_np=None), "min_np=3 is more than num_proc=2"),
+    (dict(num_proc=3, min_np=1, max_np=2), "max_np=2"),
+    (dict(num_proc=1, min_np=1, max_np=None, elastic_timeout=float("nan")), "elastic_timeout"),
+])
+def test_bad_job_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ElasticSlotJob(bind_host="127.0.0.1", **kwargs)
