@@ -30,6 +30,21 @@ REWRITES = [
     ("import horovod.spark\nhorovod.spark.run(f, num_proc=2)\n",
      "import tfring.spark\ntfring.spark.run(f, num_proc=2)\n"),
     ("from horovod.ray import RayExecutor\n", "from tfring.ray import RayExecutor\n"),
+    # the elastic engines (Horovod 0.28.1's elastic Spark and Ray APIs; horovod.ray.elastic_v2 is reported)
+    ("import horovod.spark\nhorovod.spark.run_elastic(f, num_proc=2, min_num_proc=1, max_num_proc=3)\n",
+     "import tfring.spark\ntfring.spark.run_elastic(f, num_proc=2, min_num_proc=1, max_num_proc=3)\n"),
+    ("from horovod.spark import run_elastic\n", "from tfring.spark import run_elastic\n"),
+    ("from horovod.ray import ElasticRayExecutor\n", "from tfring.ray import ElasticRayExecutor\n"),
+    ("import horovod.ray\ne = horovod.ray.ElasticRayExecutor(s)\n",
+     "import tfring.ray\ne = tfring.ray.ElasticRayExecutor(s)\n"),
+    ("from horovod.ray.elastic import ElasticRayExecutor, RayHostDiscovery, TestDiscovery\n",
+     "from tfring.ray.elastic import ElasticRayExecutor, RayHostDiscovery, TestDiscovery\n"),
+    ("import horovod.ray.elastic\nd = horovod.ray.elastic.TestDiscovery(1, 3, 5)\n",
+     "import tfring.ray.elastic\nd = tfring.ray.elastic.TestDiscovery(1, 3, 5)\n"),
+    ("from horovod.ray import ray_logger\nray_logger.log({'loss': 0.1})\n",
+     "from tfring.ray import ray_logger\nray_logger.log({'loss': 0.1})\n"),
+    ("import horovod.ray.ray_logger\nhorovod.ray.ray_logger.log({})\n",
+     "import tfring.ray.ray_logger\ntfring.ray.ray_logger.log({})\n"),
     ("from horovod.keras.callbacks import MetricAverageCallback\n",
      "from tfring.keras.callbacks import MetricAverageCallback\n"),
     ("from horovod.torch.elastic import ElasticSampler\n", "from tfring.torch.elastic import ElasticSampler\n"),
@@ -94,10 +109,9 @@ def test_rewrite(before, after):
 # (snippet, rule): reported, left as it is.
 REPORTS = [
     ("import horovod.tensorflow as hvd\nh = hvd.BroadcastGlobalVariablesHook(0)\n", "horovod-missing"),
-    ("from horovod.ray import ElasticRayExecutor\n", "horovod-missing"),
-    ("import horovod.spark\nhorovod.spark.run_elastic(f)\n", "horovod-missing"),
     ("from horovod.tensorflow.data.compute_service import TfDataServiceConfig\n", "horovod-import"),
     ("import horovod.spark.tensorflow\n", "horovod-import"),
+    ("from horovod.ray.elastic_v2 import ElasticAdapter\n", "horovod-import"),
     ("import horovod\nhorovod.run(f, np=2, use_gloo=flag)\n", "horovod-run-args"),
     ("import horovod\nhorovod.run(f, np=2, min_np=1)\n", "horovod-run-args"),
     (TF + "s = tf.Session()\n", "tf1-api"),
@@ -176,6 +190,18 @@ def test_horovod_module_map_targets_exist_in_tfring():
     for target in set(rules_horovod.MODULES.values()) | set(rules_horovod.TOP_LEVEL.values()):
         path = os.path.join(ROOT, *target.split("."))
         assert os.path.exists(path + ".py") or os.path.exists(os.path.join(path, "__init__.py")), target
+
+
+def test_horovod_elastic_engines_map_to_tfring_names():
+    # Once reported missing (horovod-missing), now rewritten: the names the rewrites produce exist in tfring.
+    import tfring.ray
+    import tfring.spark
+    assert callable(tfring.spark.run_elastic)
+    assert "ElasticRayExecutor" in tfring.ray.__all__ and "ray_logger" in tfring.ray.__all__
+    for path in ("tfring/ray/elastic.py", "tfring/ray/ray_logger.py"):
+        assert os.path.exists(os.path.join(ROOT, path)), path
+    for name in ("horovod.spark.run_elastic", "horovod.ray.ElasticRayExecutor"):
+        assert name not in rules_horovod.MISSING
 
 
 def test_horovod_names_reported_missing_are_missing_from_tfring():

@@ -38,6 +38,8 @@ MODULES = {
     "horovod.spark.common.store": "tfring.spark.common.store",
     "horovod.spark.common.backend": "tfring.spark.common.backend",
     "horovod.ray": "tfring.ray",
+    "horovod.ray.elastic": "tfring.ray.elastic",
+    "horovod.ray.ray_logger": "tfring.ray.ray_logger",
     "horovod.runner": "tfring.runner",
     "horovod.common.exceptions": "tfring.common.errors",
 }
@@ -53,9 +55,6 @@ MISSING = {
     "horovod.tensorflow.gpu_available": "not in tfring: ask TensorFlow (tf.config.list_physical_devices('GPU'))",
     "horovod.tensorflow.check_extension": "Horovod-internal; not in tfring (tfringrun --check-build lists builds)",
     "horovod.torch.check_extension": "Horovod-internal; not in tfring (tfringrun --check-build lists builds)",
-    "horovod.spark.run_elastic": "elastic Spark jobs are not built: tfring.spark.run (fixed size), or tfringrun "
-                                 "--min-np/--max-np (docs/elastic.md)",
-    "horovod.ray.ElasticRayExecutor": "elastic Ray jobs are not built: tfring.ray.RayExecutor (fixed size)",
     "horovod.spark.common.store.HDFSStore": "HDFS stores are not built: a LocalStore on a shared filesystem",
     "horovod.spark.common.store.DBFSLocalStore": "DBFS stores are not built: a LocalStore on a shared filesystem",
     "horovod.spark.common.store.FilesystemStore": "use tfring.spark.common.store.LocalStore (local paths only)",
@@ -67,8 +66,8 @@ ABSENT = {
                                "dataset.shard(hvd.size(), hvd.rank())",
     "horovod.spark.tensorflow": "tf.data service on Spark is not built",
     "horovod.data": "Horovod's data loaders are not built: the framework's own loader, sharded by rank",
-    "horovod.ray.elastic": "elastic Ray jobs are not built: tfring.ray.RayExecutor",
-    "horovod.ray.elastic_v2": "elastic Ray jobs are not built: tfring.ray.RayExecutor",
+    "horovod.ray.elastic_v2": "Horovod's second elastic Ray API (ElasticAdapter) is not built: "
+                              "tfring.ray.ElasticRayExecutor (horovod.ray.elastic's API)",
     "horovod.tensorflow.gradient_aggregation": "DistributedOptimizer(backward_passes_per_step=k) aggregates",
     "horovod.tensorflow.gradient_aggregation_eager": "DistributedOptimizer(backward_passes_per_step=k) aggregates",
 }
