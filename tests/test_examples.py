@@ -48,3 +48,19 @@ def test_torch_digits_reaches_95_percent_at_np2():
     proc = tfringrun(["-np", "2", "python", "examples/torch_digits.py", "--epochs", "12", "--target-accuracy", "0.95"])
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "[0]<stdout>:validation accuracy" in proc.stdout
+
+
+def _python(args, timeout=600):
+    return subprocess.run([sys.executable] + args, cwd=ROOT, env=rank_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("example, engine", [("spark_elastic_digits.py", "pyspark"), ("ray_elastic_digits.py", "ray")])
+def test_elastic_engine_examples_grow_to_three_ranks(example, engine):
+    # Each starts below its maximum (2 Spark tasks of 3; Ray: as many actors as registered in time) and reaches
+    # 3 ranks: the example's own growth path, then its accuracy.
+    pytest.importorskip(engine)
+    pytest.importorskip("torch")
+    proc = _python(["examples/" + example, "--epochs", "5", "--target-accuracy", "0.9"])
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert "on 3 ranks" in proc.stdout.splitlines()[-1], proc.stdout[-3000:]

@@ -101,7 +101,7 @@ class ElasticSlotJob:
         self._stopping = self._broken = False
         self._calls, self._results, self._seq = {}, {}, 0
         self._launch_thread, self._closed, self.launcher = None, threading.Event(), None
-        clients = 2 * max(num_proc, max_np or 0, 8) + 8  # each slot polls, each rank long-polls
+        clients = 2 * (max_np or max(num_proc, 64)) + 8  # each slot polls, each rank long-polls
         self._server = DriverServer(bind_host, self.secret, {
             "/register": self._register, "/status": self._status, "/output": self._output, "/exit": self._exit_of,
             "/call": self._call, "/result": self._result, "/gone": self._gone, "/where": self._where},
