@@ -123,3 +123,34 @@ def test_error_in_a_rank_and_bad_settings(cluster):
     with pytest.raises(RankError, match="bad value on rank 1") as e:
         executor.run(boom)
     assert e.value.rank == 1
+
+
+class Scaled:
+    def __init__(self, factor):
+        import tfring.torch as hvd
+        hvd.init()
+        self.factor = factor
+
+
+def test_ray_executor_elastic_mode(cluster):
+    from tfring.ray import RayExecutor
+    from tfring.ray.elastic_mode import ElasticModeExecutor
+    with pytest.raises(ValueError, match="not both"):
+        RayExecutor(RayExecutor.create_settings(), num_workers=2, min_workers=2)
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), min_workers=2, max_workers=2)
+    assert isinstance(executor, ElasticModeExecutor)
+    executor.start(executable_cls=Scaled, executable_args=[10])
+
+    def add(x, y=0):
+        import tfring.torch as hvd
+        hvd.init()
+        return hvd.rank() + x + y
+    assert executor.run(add, args=[1], kwargs={"y": 2}) == [3, 4]
+
+    def scaled(obj):
+        import tfring.torch as hvd
+        return obj.factor * (hvd.rank() + 1)
+    assert executor.execute(scaled) == [10, 20]
+    with pytest.raises(NotImplementedError, match="run_remote"):
+        executor.run_remote(add)
+    executor.shutdown()

@@ -23,6 +23,12 @@ def _nic_set(nics):
     return set(nics.split(",")) if isinstance(nics, str) else set(nics)
 
 
+def _no_callbacks(callbacks):
+    if callbacks:
+        raise ValueError("tfring.ray: callbacks (ray_logger) need an elastic job: RayExecutor(..., min_workers=N) or "
+                         "ElasticRayExecutor")
+
+
 @dataclasses.dataclass
 class Settings:
     """What RayExecutor.create_settings returns (Horovod's settings for Ray, minus what tfring does not use).
@@ -59,6 +65,9 @@ class RayExecutor:
         gpus_per_worker: Ray GPUs per worker when use_gpu (default 1).
         use_current_placement_group: when created inside a placement group (e.g. a Ray Tune trial), place the
             workers in it instead of creating one.
+        min_workers, max_workers, reset_limit, elastic_timeout, override_discovery: Horovod 0.28's elastic mode:
+            with min_workers, RayExecutor(...) returns a tfring.ray.elastic_mode.ElasticModeExecutor (every run an
+            elastic job on ElasticRayExecutor). cooldown_range is accepted and unused.
 
     Raises:
         ValueError: an inconsistent combination of arguments.
@@ -85,8 +94,22 @@ class RayExecutor:
         return Settings(timeout_s=timeout_s, placement_group_timeout_s=placement_group_timeout_s,
                         nics=_nic_set(nics), ssh_identity_file=ssh_identity_file)
 
+    def __new__(cls, settings=None, num_workers=None, *args, min_workers=None, max_workers=None, **kwargs):
+        # Horovod 0.28's elastic mode: min_workers (and max_workers) instead of num_workers (tfring.ray.elastic_mode).
+        if min_workers is None and max_workers is None:
+            return super().__new__(cls)
+        if num_workers is not None or args or kwargs.get("num_hosts") is not None:
+            raise ValueError("tfring.ray: give num_workers (fixed size) or min_workers/max_workers (elastic), not both")
+        from tfring.ray.elastic_mode import ElasticModeExecutor
+        known = ("reset_limit", "elastic_timeout", "override_discovery", "cpus_per_worker", "use_gpu",
+                 "gpus_per_worker")
+        return ElasticModeExecutor(settings, min_workers, max_workers,
+                                   **{k: v for k, v in kwargs.items() if k in known})
+
     def __init__(self, settings=None, num_workers=None, num_hosts=None, num_workers_per_host=1, cpus_per_worker=1,
-                 use_gpu=False, gpus_per_worker=None, use_current_placement_group=True):
+                 use_gpu=False, gpus_per_worker=None, use_current_placement_group=True, min_workers=None,
+                 max_workers=None, reset_limit=None, cooldown_range=None, elastic_timeout=600,
+                 override_discovery=True):
         if gpus_per_worker and not use_gpu:
             raise ValueError("tfring.ray: gpus_per_worker is set but use_gpu is False")
         if use_gpu and gpus_per_worker is not None and gpus_per_worker <= 0:
@@ -302,37 +325,42 @@ class RayExecutor:
         if self._remote is not None:
             concurrent.futures.wait(self._remote[3])
 
-    def run(self, fn, args=None, kwargs=None):
+    def run(self, fn, args=None, kwargs=None, callbacks=None):
         """Runs fn(*args, **kwargs) on every worker, in its rank process (state persists between calls).
 
         Args:
             fn: the function (cloudpickled: lambdas and closures travel by value).
             args: positional arguments.
             kwargs: keyword arguments.
+            callbacks: Horovod's ray_logger callbacks: elastic mode only (min_workers); refused here.
 
         Returns:
             list: each rank's return value, in rank order.
 
         Raises:
+            ValueError: callbacks given (a fixed-size job has no ray_logger channel).
             RankError: a rank raised (a RuntimeError with `.rank`; the message has its traceback). When another rank
                 did not return soon after, the job is broken: later calls fail at once (shutdown() and start again).
             RuntimeError: a worker died, or the job is broken.
         """
+        _no_callbacks(callbacks)
         self._after_remote_calls()
         return self._call(fn, tuple(args or ()), dict(kwargs or {}))
 
-    def execute(self, fn):
+    def execute(self, fn, callbacks=None):
         """Runs fn(executable) on every worker, with the object `start` built from executable_cls in that rank.
 
         Args:
             fn: a function of one argument.
+            callbacks: as for `run` (refused).
 
         Returns:
             list: each rank's return value, in rank order.
 
         Raises:
-            RankError, RuntimeError: as for `run`.
+            ValueError, RankError, RuntimeError: as for `run`.
         """
+        _no_callbacks(callbacks)
         self._after_remote_calls()
         return self._call(_rank.apply, (fn,))
 
