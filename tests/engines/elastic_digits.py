@@ -47,8 +47,9 @@ def train(log_dir, epochs=4, kill=None, batches_per_commit=4, step_sleep=0.05, m
                 if kill and hvd.rank() == kill[0] and state.steps == kill[1] and not os.path.exists(mark):
                     with open(mark, "w") as f:
                         json.dump({"time": time.time(), "size": hvd.size()}, f)
-                    world = int(os.environ["OMPI_COMM_WORLD_RANK"])
-                    os.kill(json.loads(os.environ["TFRING_SLOT_ASSIGN"])[world][1], signal.SIGKILL)
+                    mine = int(os.environ["TFRING_SLOT_INDEX"])  # its slot: [index, pid, start time] by host
+                    hosts = json.loads(os.environ["TFRING_SLOT_ASSIGN"]).values()
+                    os.kill(next(e[1] for h in hosts for e in h["slots"] if e[0] == mine), signal.SIGKILL)
                     time.sleep(30)  # the watchdog kills this rank within a second
                 optimizer.zero_grad()
                 F.cross_entropy(model(xb), yb).backward()

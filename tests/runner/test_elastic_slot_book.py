@@ -1,6 +1,9 @@
 """The books of an elastic slot job (tfring.runner.slots.elastic_book.SlotBook) on their own: growth offers in
 mpirun's host names with each spawned process's slot, restarted slots, membership from /reset, max_np; and the
 job's argument checks (tfring.runner.slots.elastic_job)."""
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -8,7 +11,9 @@ import pytest
 
 from tfring.common.signed_channel import BadRequest
 from tfring.runner.slots.elastic_book import SlotBook
+from tfring.runner.processes import start_time
 from tfring.runner.slots.elastic_job import ElasticSlotJob
+from tfring.runner.slots.rank import assigned_slot
 
 
 def _slot(host, address, pid):
@@ -37,12 +42,16 @@ def test_growth_offers_free_live_slots_with_their_assignment():
     book, _ = _book()
     for i, host in enumerate(["driver-host", "driver-host", "other", "driver-host"]):
         book.register(i, _slot(host, "a%d" % i, 100 + i))
+    book.placement([0, 2])  # the job runs on both hosts
     book.members = {0}
     reply = book.hosts({"rank": 0})
     # grouped by host in first-seen order: mpirun fills the spawn's hosts in that order
     assert reply["add"] == [["localhost", 2], ["tfring-slot-host-2", 1]]
-    assert [e[0] for e in reply["assign"]] == [1, 3, 2]
-    assert reply["assign"][0] == [1, 101, "s101"] and reply["size"] == 1
+    assign = reply["assign"]
+    assert [e[0] for h in ("localhost", "tfring-slot-host-2") for e in assign[h]["slots"]] == [1, 3, 2]
+    assert assign["localhost"]["slots"][0] == [1, 101, "s101"] and reply["size"] == 1
+    # each host's anchor: this process (mpirun runs here) for localhost, else the slot running its daemon
+    assert assign["localhost"]["anchor"][0] == os.getpid() and assign["tfring-slot-host-2"]["anchor"] == [102, "s102"]
 
 
 def test_growth_is_capped_by_max_np_and_skips_silent_or_dead_slots():
@@ -53,7 +62,7 @@ def test_growth_is_capped_by_max_np_and_skips_silent_or_dead_slots():
     book.slots[2]["seen"] -= 60  # silent: not offered
     book.gone(3)
     reply = book.hosts({"rank": 0})
-    assert reply["add"] == [["localhost", 1]] and [e[0] for e in reply["assign"]] == [4]
+    assert reply["add"] == [["localhost", 1]] and reply["assign"]["localhost"]["slots"] == [[4, 5, "s5"]]
 
 
 def test_a_slot_registered_again_elsewhere_replaces_the_dead_one():
@@ -87,3 +96,29 @@ def test_reset_sets_the_members_and_checks_its_payload():
 def test_bad_job_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ElasticSlotJob(bind_host="127.0.0.1", **kwargs)
+
+
+def test_a_rank_finds_its_slot_by_its_hosts_anchor_and_local_rank():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        me = [os.getpid(), start_time(os.getpid())]
+        assign = {"localhost": {"anchor": [1, "x"], "slots": [[0, 10, "a"]]},
+                  "tfring-slot-host-1": {"anchor": me, "slots": [[3, 11, "b"], [5, 12, "c"]]}}
+        assert assigned_slot(assign, 1, pid=child.pid) == [5, 12, "c"]  # this process is the child's ancestor
+        assert assigned_slot(assign, 2, pid=child.pid) is None  # no such local rank
+        assert assigned_slot({"localhost": assign["localhost"]}, 0, pid=child.pid) == [0, 10, "a"]  # told its host
+        del assign["tfring-slot-host-1"]["anchor"]
+        assert assigned_slot(assign, 0, pid=child.pid) is None  # no anchor among the ancestors
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_slot_on_a_host_the_job_does_not_run_on_is_not_offered():
+    book, lines = _book()
+    book.register(0, _slot("driver-host", "a0", 1))
+    book.register(1, _slot("new-host", "a1", 2))
+    book.placement([0])
+    book.members = {0}
+    assert book.hosts({"rank": 0})["add"] == [] and book.hosts({"rank": 0})["add"] == []
+    assert sum("does not run on" in line for line in lines) == 1  # said once

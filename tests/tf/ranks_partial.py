@@ -1,6 +1,8 @@
 """Gradient grouping (groups / num_groups), worker-local variables (register_local_source / register_local_var,
 scale_local_gradients, PartialDistributedGradientTape / PartialDistributedOptimizer) and process_set=None
 pass-through, on real ranks against values every rank computes for itself."""
+import contextlib
+import os
 import warnings
 
 import keras
@@ -35,6 +37,19 @@ def reduced_grads(vs, graph=False, **tape_kwargs):
     return (tf.function(run) if graph else run)()
 
 
+@contextlib.contextmanager
+def overlap(value):
+    saved = os.environ.get("TFRING_OVERLAP_GRADIENTS")
+    os.environ["TFRING_OVERLAP_GRADIENTS"] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TFRING_OVERLAP_GRADIENTS")
+        else:
+            os.environ["TFRING_OVERLAP_GRADIENTS"] = saved
+
+
 def collective_inputs(vs, **tape_kwargs):
     """Per allreduce op (grouped or not) in the traced graph: the sorted lengths of its inputs (v_k has k + 1)."""
     def run():
@@ -62,8 +77,15 @@ def test_grouped_gradients_are_averaged(graph, kwargs):
 
 def test_groups_decide_the_collectives():
     vs = make_vars()
-    # Default in a graph: one allreduce per gradient, each submitted as soon as backprop produces it (Horovod).
-    assert collective_inputs(vs) == [[1], [2], [3], [4]]
+    # groups=None in a graph: one allreduce per gradient, each submitted as soon as backprop produces it
+    # (Horovod), where overlap pays; else one grouped allreduce after backprop (tfring.common.overlap).
+    with overlap("1"):
+        assert collective_inputs(vs) == [[1], [2], [3], [4]]
+    with overlap("0"):
+        assert collective_inputs(vs) == [[1, 2, 3, 4]]
+    with overlap("auto"):  # this machine: per gradient with at least 2 cores per rank
+        per_gradient = len(os.sched_getaffinity(0)) / hvd.local_size() >= 2
+        assert collective_inputs(vs) == ([[1], [2], [3], [4]] if per_gradient else [[1, 2, 3, 4]])
     assert collective_inputs(vs, groups=2) == [[1, 2], [3, 4]]  # contiguous, even split
     assert collective_inputs(vs, groups=3) == [[1, 2], [3], [4]]
     with warnings.catch_warnings():
@@ -182,11 +204,12 @@ def test_keras_optimizer_groups_train_like_ungrouped(groups):
 
 def test_keras_optimizer_groups_decide_the_collectives():
     vs = make_vars()
-    # groups=None in a graph: one allreduce per gradient (as Horovod), so each starts when its gradient exists.
+    # groups=None in a graph: one allreduce per gradient (as Horovod) where overlap pays (forced here).
     for groups, want in [(None, [[1], [2], [3], [4]]), (2, [[1, 2], [3, 4]]), ([[vs[1], vs[3]]], [[1], [2, 4], [3]])]:
         opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), groups=groups)
         opt.build(vs)
         step = tf.function(lambda: opt.apply([tf.ones_like(v) for v in vs], vs))
-        graph = step.get_concrete_function().graph
+        with overlap("1"):
+            graph = step.get_concrete_function().graph
         ops = [op for op in graph.get_operations() if op.type in ("HorovodGroupedAllreduce", "HorovodAllreduce")]
         assert sorted(sorted(int(t.shape[0]) for t in op.inputs) for op in ops) == want, groups

@@ -9,6 +9,7 @@ shrinks when an actor dies — rank 0's included, in well under a second, surviv
 — and rank 0 spawns a rank onto each new actor at the next commit."""
 import dataclasses
 import math
+import os
 import random
 import sys
 import threading
@@ -125,7 +126,7 @@ class _Actors:
             done, _ = ray.wait(list(refs), timeout=0, num_returns=len(refs))
             for ref in done:
                 index = refs[ref]
-                del self.actors[index]
+                ray.kill(self.actors.pop(index)["actor"])  # its slot ended: the actor must not linger
                 self.executor._say("worker %d ended (its actor died or its slot stopped)" % index)
         by_host = {}
         for index, entry in sorted(self.actors.items()):
@@ -254,20 +255,25 @@ class ElasticRayExecutor:
                 callback(info)
         s = self.settings
         launch_args = ["--network-interfaces", ",".join(sorted(s.nics))] if s.nics else []
+        # The ranks run under mpirun in this process (and the daemons of other nodes' first actors): env_vars go
+        # to the ranks through mpirun, as well as into the actors.
         job = ElasticSlotJob(s.num_proc, s.min_num_proc, s.max_num_proc, route_address(ray.util.get_node_ip_address()),
+                             env=dict(os.environ, **{str(k): str(v) for k, v in self.env_vars.items()}),
                              launch_args=launch_args, elastic_timeout=s.elastic_timeout, reset_limit=s.reset_limit,
-                             who="tfring.ray", on_report=report).start()
+                             who="tfring.ray", on_report=report)
         self.job = job
         actors = _Actors(self, job)
         thread = threading.Thread(target=actors.run, name="tfring-ray-elastic-actors", daemon=True)
         try:
+            job.start()
             actors.sync()
             thread.start()
             job.wait_ready(s.timeout_s, want=lambda: len(actors.actors), settle=min(s.timeout_s, 30))
             return job.call(worker_fn)
         finally:
             actors.stop.set()  # first: the actors' slots end with the job, which is not a loss to report
-            thread.join(10)
+            if thread.is_alive():
+                thread.join(30)  # a sync in progress ends (its actors are then in the books, killed below)
             job.stop(10)
             actors.close()
             job.close()

@@ -24,9 +24,9 @@ def _nic_set(nics):
 
 
 def _no_callbacks(callbacks):
-    if callbacks:
-        raise ValueError("tfring.ray: callbacks (ray_logger) need an elastic job: RayExecutor(..., min_workers=N) or "
-                         "ElasticRayExecutor")
+    if callbacks:  # Horovod's fixed-size adapter accepts them too; here nothing would call them: say so once
+        warnings.warn("tfring.ray: callbacks are not called in a fixed-size job (ray_logger needs an elastic job: "
+                      "RayExecutor(..., min_workers=N) or ElasticRayExecutor)", stacklevel=3)
 
 
 @dataclasses.dataclass
@@ -102,9 +102,14 @@ class RayExecutor:
             raise ValueError("tfring.ray: give num_workers (fixed size) or min_workers/max_workers (elastic), not both")
         from tfring.ray.elastic_mode import ElasticModeExecutor
         known = ("reset_limit", "elastic_timeout", "override_discovery", "cpus_per_worker", "use_gpu",
-                 "gpus_per_worker")
-        return ElasticModeExecutor(settings, min_workers, max_workers,
-                                   **{k: v for k, v in kwargs.items() if k in known})
+                 "gpus_per_worker", "cooldown_range", "use_current_placement_group", "num_workers_per_host")
+        unknown = sorted(set(kwargs) - set(known))
+        if unknown:
+            raise TypeError("tfring.ray: RayExecutor() got unexpected keyword arguments %s" % unknown)
+        if not isinstance(min_workers, int) or min_workers < 1:
+            raise ValueError("tfring.ray: min_workers=%r: expected a positive integer (elastic mode)" % (min_workers,))
+        return ElasticModeExecutor(settings, min_workers, max_workers, **{
+            k: v for k, v in kwargs.items() if k in known[:6]})
 
     def __init__(self, settings=None, num_workers=None, num_hosts=None, num_workers_per_host=1, cpus_per_worker=1,
                  use_gpu=False, gpus_per_worker=None, use_current_placement_group=True, min_workers=None,
@@ -275,7 +280,7 @@ class RayExecutor:
         except RuntimeError as e:
             if self._failed is None:
                 try:  # the job's own error (mpirun exited) may hide the cause: a dead actor (Ray tells within ~1 s)
-                    deadline = time.monotonic() + 2
+                    deadline = time.monotonic() + 5  # Ray may take seconds to see a killed actor on a busy machine
                     while time.monotonic() < deadline:
                         self._alive()
                         time.sleep(0.5)
@@ -332,13 +337,12 @@ class RayExecutor:
             fn: the function (cloudpickled: lambdas and closures travel by value).
             args: positional arguments.
             kwargs: keyword arguments.
-            callbacks: Horovod's ray_logger callbacks: elastic mode only (min_workers); refused here.
+            callbacks: Horovod's ray_logger callbacks: elastic mode only (min_workers); warned about, not called.
 
         Returns:
             list: each rank's return value, in rank order.
 
         Raises:
-            ValueError: callbacks given (a fixed-size job has no ray_logger channel).
             RankError: a rank raised (a RuntimeError with `.rank`; the message has its traceback). When another rank
                 did not return soon after, the job is broken: later calls fail at once (shutdown() and start again).
             RuntimeError: a worker died, or the job is broken.
@@ -352,13 +356,13 @@ class RayExecutor:
 
         Args:
             fn: a function of one argument.
-            callbacks: as for `run` (refused).
+            callbacks: as for `run` (not called).
 
         Returns:
             list: each rank's return value, in rank order.
 
         Raises:
-            ValueError, RankError, RuntimeError: as for `run`.
+            RankError, RuntimeError: as for `run`.
         """
         _no_callbacks(callbacks)
         self._after_remote_calls()

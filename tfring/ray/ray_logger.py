@@ -34,4 +34,8 @@ def log(info_dict):
             warnings.warn("ray_logger.log called outside an ElasticRayExecutor job: nothing is sent", stacklevel=2)
             _warned = True
         return
-    client.call("/report", {"info": json.loads(json.dumps(info_dict, default=_plain))})
+    from tfring.common.signed_channel import ProtocolError
+    try:
+        client.call("/report", {"info": json.loads(json.dumps(info_dict, default=_plain))})
+    except ProtocolError as e:  # logging must not end the training
+        warnings.warn("ray_logger.log: the driver did not take the values: %s" % e, stacklevel=2)

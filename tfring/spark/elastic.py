@@ -109,21 +109,25 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_
     job = ElasticSlotJob(num_proc, min_num_proc, max_num_proc, _driver_address(sc), env=ranks_env,
                          launch_args=_launch_args(None, nics, verbose, prefix_output_with_timestamp),
                          elastic_timeout=_elastic_timeout(elastic_timeout), reset_limit=reset_limit,
-                         stdout=stdout, stderr=stderr, who=WHO).start()
+                         stdout=stdout, stderr=stderr, who=WHO)
     group = "tfring-spark-run-elastic-%s" % uuid.uuid4().hex
     outcome = {}
+    job.start()
 
     def spark_job():
         try:
             sc.setJobGroup(group, "%s: up to %d ranks" % (WHO, max_num_proc), interruptOnCancel=True)
             rdd = sc.parallelize(range(max_num_proc), max_num_proc)
             outcome["indexes"] = rdd.mapPartitions(functools.partial(_task, job.address, job.secret)).collect()
-        except BaseException as e:  # a task failed more than spark.task.maxFailures times: the survivors go on
+        except BaseException as e:  # reported by alive()
             outcome["error"] = e
 
-    def alive():  # before the start only: a job already running outlives its Spark job's failure
+    def alive():
+        # A task failing more than spark.task.maxFailures times aborts the Spark job and Spark kills every task:
+        # the ranks die with them, so the Spark error is the cause to report.
         if "error" in outcome:
-            raise RuntimeError("%s: the Spark job failed: %s" % (WHO, str(outcome["error"]).strip()[:4000]))
+            raise RuntimeError("%s: the Spark job failed (a task failed more than spark.task.maxFailures times?): %s"
+                               % (WHO, str(outcome["error"]).strip()[:4000]))
 
     thread = threading.Thread(target=spark_job, name="tfring-spark-elastic-job", daemon=True)
     thread.start()
@@ -133,7 +137,7 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_
         except TimeoutError as e:
             raise TimeoutError("%s. Each rank runs in a Spark task; raise start_timeout (or "
                                "TFRING_SPARK_START_TIMEOUT) if executors are allocated on demand" % e) from None
-        return job.call(fn, args, kwargs)  # its errors already say WHO
+        return job.call(fn, args, kwargs, alive=alive)  # its errors already say WHO
     finally:
         job.stop(STOP_GRACE)
         thread.join(STOP_GRACE)

@@ -47,6 +47,13 @@ def run(func):
                         "tfringrun --min-np/--max-np/--host-discovery-script): %s" % e) from e
                 state.restore()
                 failure, skip_sync = True, False
-            world.reset(failure)
+            while True:
+                try:
+                    world.reset(failure)
+                    break
+                except Exception as e:  # noqa: BLE001 - another worker failed while the job was rebuilt
+                    if not is_worker_failure(e):
+                        raise
+                    failure = True  # shrink past it too (each try counts against --reset-limit)
             state.on_reset()
     return wrapper

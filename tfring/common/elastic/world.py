@@ -28,11 +28,14 @@ _assigned = {}  # rank 0, in a Spark/Ray elastic job: the slot of each process a
 def _learn(reply):
     _drivers.update(reply.get("drivers") or {})
     if reply.get("assign"):
-        _assigned[json.dumps(reply.get("add"))] = reply["assign"]
+        with _lock:
+            _assigned[json.dumps(reply.get("add"))] = reply["assign"]
 
 
 def _slots_of(add):
-    return _assigned.get(json.dumps(add)) or []
+    """Rank 0: {host: [[slot index, pid, start time], ...]} of the offer `add` (one snapshot per reset), or {}."""
+    with _lock:
+        return dict(_assigned.get(json.dumps(add)) or {})
 
 
 def rank_is_root():
@@ -107,32 +110,50 @@ def _command():
     return json.loads(value) if value else [sys.executable] + sys.argv
 
 
-def _spawn(comm, add):
-    """Collective over comm: starts sum(n) processes on the hosts of `add` and merges them in (highest ranks)."""
+def _spawn(comm, add, assign=None):
+    """Collective over comm: starts sum(n) processes on the hosts of `add` and merges them in (highest ranks).
+    With `assign` (a Spark/Ray elastic job: {host: [slot, ...]}), one command per host (MPI_Comm_spawn_multiple),
+    each told the slots of its host's new processes, so none can take another host's slot."""
     from mpi4py import MPI
     command = _command()
     drivers = {h: _drivers[h] for h, _ in add if h in _drivers}
     env = []
     if drivers:  # the address this process uses may not be reachable from a newly added host
         env.append("%s=%s" % (launch_env.ELASTIC_DRIVERS, json.dumps(drivers)))
-    if _slots_of(add):  # a Spark/Ray elastic job: which slot (scheduler process) each new rank dies with
-        env.append("%s=%s" % (launch_env.SLOT_ASSIGN, json.dumps(_slots_of(add))))
-    if env:
-        command = ["/usr/bin/env"] + env + command
-    info = MPI.Info.Create()
-    hosts = ",".join("%s:%d" % (h, n) for h, n in add)
-    info.Set("host", hosts)
-    info.Set("PMIX_ADD_HOST", hosts)  # a host outside the allocation gets a daemon (harmless for known ones)
+    slot_job = bool(os.environ.get(launch_env.SLOT_ASSIGN))  # every rank of a Spark/Ray elastic job has it
+    assign = assign or {}
+    if slot_job:
+        # A process spawned on another host inherits that host's daemon's environment, not mpirun's: it is given
+        # the job's non-secret settings here (the secret: the daemon's environment; the rest: the driver's /env).
+        env += ["%s=%s" % (k, v) for k, v in sorted(os.environ.items()) if k == launch_env.SLOT_DRIVER or
+                (k.startswith(launch_env.ELASTIC) and k != launch_env.ELASTIC_SECRET and k != launch_env.SLOT_ASSIGN)]
+    infos, commands = [], []
+    for host, n in (add if slot_job else [(",".join("%s:%d" % (h, n) for h, n in add), None)]):
+        info = MPI.Info.Create()
+        info.Set("host", host if n is None else "%s:%d" % (host, n))
+        if not slot_job or assign.get(host, {}).get("new", True):
+            # A host outside the allocation gets a daemon (harmless for a known one, except under the slot
+            # launcher's names: Open MPI then fails the spawn now and then; the driver says which are new).
+            info.Set("PMIX_ADD_HOST", info.Get("host"))
+        infos.append(info)
+        mine = ["%s=%s" % (launch_env.SLOT_ASSIGN, json.dumps({host: assign.get(host, {})}))] if slot_job else []
+        commands.append(["/usr/bin/env"] + env + mine + command if env or mine else command)
     try:
         with _Deadline("starting %s on %s" % (command[0], add), timeout()):
-            inter = comm.Spawn(command[0], args=command[1:], maxprocs=sum(n for _, n in add), info=info, root=0)
+            if len(commands) > 1:  # one command per host (a Spark/Ray elastic job growing onto several hosts)
+                inter = comm.Spawn_multiple([c[0] for c in commands], args=[c[1:] for c in commands],
+                                            maxprocs=[n for _, n in add], info=infos, root=0)
+            else:
+                inter = comm.Spawn(commands[0][0], args=commands[0][1:], maxprocs=sum(n for _, n in add),
+                                   info=infos[0], root=0)
             merged = inter.Merge(high=False)
     finally:
-        info.Free()
+        for info in infos:
+            info.Free()
     return merged
 
 
-def _report(comm, reason, add=()):
+def _report(comm, reason, add=(), assign=None):
     """Rank 0 tells the launcher where the ranks are now (it keeps host occupancy and failure counts): the ranks
     of `comm` (collective over it), then the processes about to be spawned there (`add`, [[host, n], ...]; they
     take the highest ranks and cannot take part in this gather)."""
@@ -140,7 +161,8 @@ def _report(comm, reason, add=()):
     slots = comm.gather(os.environ.get(launch_env.SLOT_INDEX), root=0)  # Spark/Ray elastic jobs' slot indexes
     if comm.rank == 0:
         hosts += [h for h, n in add for _ in range(n)]
-        slots = [int(s) for s in slots if s is not None] + [entry[0] for entry in _slots_of(add)]
+        slots = [int(s) for s in slots if s is not None] + [
+            e[0] for h, _ in add for e in (assign or {}).get(h, {}).get("slots", [])]
         client = membership.client()
         if client is not None:
             try:
@@ -217,12 +239,14 @@ def reset(failure):
                 if comm.rank == 0:
                     _log(message)
                 raise RuntimeError("tfring.elastic: " + message)
-            _report(comm, "grow", add)
-            comm, reason = _spawn(comm, add), "grow"
+            assign = _slots_of(add) if comm.rank == 0 else None
+            _report(comm, "grow", add, assign)
+            comm, reason = _spawn(comm, add, assign), "grow"
     else:
         add, _agreed = _agreed, None
-        _report(comm, "grow", add)
-        comm, reason = _spawn(comm, add), "grow"
+        assign = _slots_of(add) if comm.rank == 0 else None
+        _report(comm, "grow", add, assign)
+        comm, reason = _spawn(comm, add, assign), "grow"
     membership.set_base(comm)
     _forget_proposals()
     basics.init(comm=comm)

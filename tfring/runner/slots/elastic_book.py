@@ -6,11 +6,16 @@ A slot is a scheduler's process (a Spark task, a Ray actor) identified by its in
 the same index with another address is a new process (the scheduler restarted it): the old one is dead. The ranks
 spawned for growth are assigned their slots here (`/hosts` "assign"), so every rank knows which process it dies
 with."""
+import os
+import re
+import socket
 import time
 
 from tfring.common.signed_channel import BadRequest
+from tfring.runner.processes import start_time
 from tfring.runner.slots.service import HOST_NAME, LOCAL_HOST
 
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}\Z")
 OFFER_SILENCE = 5.0  # a slot not heard from for this long (it polls every second) is not offered for growth
 
 
@@ -38,6 +43,10 @@ class SlotBook:
         self.names = {}  # host identity -> the name mpirun knows it by
         self.resets, self.reasons = 0, []
         self.exits = {}  # rank -> exit code, as the elastic ranks report it at exit
+        self.daemons = {}  # mpirun host name -> the slot index that runs its PRRTE daemon
+        self.launched = set()  # mpirun host names the job runs on
+        self.unreachable = set()  # host names of slots not offered (said once)
+        self.local_anchor = [os.getpid(), start_time(os.getpid())]  # mpirun runs in this process
 
     # -- slots --
 
@@ -56,7 +65,7 @@ class SlotBook:
 
     def gone(self, index):
         slot = self.slots.get(index)
-        if slot is not None and not slot["dead"]:
+        if slot is not None and slot["dead"] is not True:
             slot["dead"] = True
             self.say("slot %d (host %s) died: its rank leaves the job" % (index, slot["host"]))
         self.members.discard(index)
@@ -67,19 +76,41 @@ class SlotBook:
                       if not s["dead"] and (fresh is None or now - s["seen"] <= fresh))
 
     def name(self, host):
-        """The mpirun host name of a host identity (the launcher's host is localhost, others made-up names)."""
+        """The mpirun host name of a host identity: localhost for the launcher's host; else the machine's own name
+        when it is a plain host name no other host uses (Open MPI knows a daemon by the name it reports, and
+        mixes up an added host named otherwise), else a made-up name."""
         if host not in self.names:
-            self.names[host] = LOCAL_HOST if host == self.local_host else HOST_NAME % (len(self.names) + 1)
+            if host == self.local_host:
+                self.names[host] = LOCAL_HOST
+            else:
+                named = {s.get("hostname") for s in self.slots.values() if s["host"] == host}
+                others = {s.get("hostname") for s in self.slots.values() if s["host"] != host}
+                plain = named.pop() if len(named) == 1 else None
+                ok = plain and _PLAIN.match(plain) and plain not in others and plain not in self.names.values() \
+                    and plain not in (LOCAL_HOST, socket.gethostname())
+                self.names[host] = plain if ok else HOST_NAME % (len(self.names) + 1)
         return self.names[host]
 
     def address_of(self, name):
-        """The task service of a made-up host's first live slot (the agent starts PRRTE's daemon there)."""
-        for host, known in self.names.items():
-            if known == name:
-                for index in self.live():
-                    if self.slots[index]["host"] == host:
-                        return self.slots[index]["address"]
-        return None
+        """The task service of the slot that runs (or is to run) a made-up host's PRRTE daemon: the one chosen at
+        the launch, else the host's first live slot (a host added later, asked for by the agent)."""
+        index = self.daemons.get(name)
+        if index is None or self.slots[index]["dead"] is True:
+            host = next((h for h, known in self.names.items() if known == name), None)
+            index = next((i for i in self.live() if self.slots[i]["host"] == host), None)
+            if index is None:
+                return None
+            self.daemons[name] = index
+        return self.slots[index]["address"]
+
+    def anchor(self, name):
+        """[pid, start time] of the process every rank on host `name` descends from: mpirun's (the driver) on
+        localhost, the daemon's slot elsewhere; None when no daemon slot is known yet."""
+        if name == LOCAL_HOST:
+            return self.local_anchor
+        self.address_of(name)
+        index = self.daemons.get(name)
+        return None if index is None else [self.slots[index]["pid"], self.slots[index]["started"]]
 
     def placement(self, indexes):
         """[[name, n, address]] and the slots in rank order for a launch on `indexes` (hosts in first-seen order,
@@ -89,8 +120,22 @@ class SlotBook:
             by_host.setdefault(self.slots[index]["host"], []).append(index)
         order = sorted(by_host, key=lambda h: (h != self.local_host, min(by_host[h])))
         hosts = [[self.name(h), len(by_host[h]), self.slots[by_host[h][0]]["address"]] for h in order]
+        for h in order:
+            if self.name(h) != LOCAL_HOST:
+                self.daemons[self.name(h)] = by_host[h][0]  # the agent asks this slot (SLOT_HOSTS)
+            self.launched.add(self.name(h))
         ranks = [i for h in order for i in by_host[h]]
         return hosts, ranks
+
+    def assignment(self, ranks):
+        """{mpirun host name: {"anchor": [pid, start], "slots": [[index, pid, start], ...] in local rank order}}:
+        a rank finds its host by the anchor among its ancestors (Open MPI names every host by the machine's name,
+        so host names cannot tell made-up hosts on one machine apart) and its slot by its local rank."""
+        out = {}
+        for index in ranks:
+            name = self.name(self.slots[index]["host"])
+            out.setdefault(name, {"anchor": self.anchor(name), "slots": []})["slots"].append(self.entry(index))
+        return out
 
     def entry(self, index):
         slot = self.slots[index]
@@ -100,18 +145,30 @@ class SlotBook:
 
     def hosts(self, payload):
         """`/hosts`: the live slots without a rank, as growth mpirun can spawn ("add"), and which slot each process
-        spawned there belongs to ("assign", in spawn order)."""
+        spawned there belongs to ("assign": {host: slots in local rank order})."""
         _int(payload, "rank")
         with self.cond:
-            free = [i for i in self.live(OFFER_SILENCE) if i not in self.members]
+            free = [i for i in self.live(OFFER_SILENCE) if i not in self.members and self._known(i)]
             room = len(free) if self.max_np is None else max(0, self.max_np - len(self.members))
-            grouped = {}  # mpirun places the spawned processes host by host in this order: so does "assign"
-            for index in free[:room]:
-                grouped.setdefault(self.name(self.slots[index]["host"]), []).append(self.entry(index))
-            add = [[name, len(entries)] for name, entries in grouped.items()]
-            assign = [entry for entries in grouped.values() for entry in entries]
+            assign = self.assignment(free[:room])  # one spawn command per host, told its host's slots
+            add = [[name, len(a["slots"])] for name, a in assign.items()]
+            for name in assign:  # PMIX_ADD_HOST only for a host the job does not run on yet
+                assign[name]["new"] = name not in self.launched
             return {"add": add, "assign": assign, "size": len(self.members),
                     "hosts": [[self.name(self.slots[i]["host"]), 1] for i in self.live()]}
+
+    def _known(self, index):
+        """Whether a slot's host already runs the job (or is mpirun's own): Open MPI 5.0.11 fails a spawn onto a
+        host added through the slot agent (PMIX_ERROR in pmix_server_dyn.c, then a lost daemon, on emulated
+        hosts), so a slot on a new host is not offered (once said) instead of ending the job."""
+        name = self.name(self.slots[index]["host"])
+        if name == LOCAL_HOST or name in self.launched:
+            return True
+        if name not in self.unreachable:
+            self.unreachable.add(name)
+            self.say("slot %d is on a host the job does not run on (%s): not used (Open MPI cannot add a host to a "
+                     "running slot job)" % (index, self.slots[index]["host"]))
+        return False
 
     def reset(self, payload):
         """`/reset`: rank 0's report of the job's slots after a shrink or before a spawn."""
@@ -120,7 +177,8 @@ class SlotBook:
             raise BadRequest("slots: expected a list of slot indexes")
         reason = payload.get("reason")
         with self.cond:
-            self.members = {s for s in slots if s in self.slots and not self.slots[s]["dead"]}
+            self.members = {s for s in slots if s in self.slots and self.slots[s]["dead"] is not True}
+            self.launched |= {self.name(self.slots[s]["host"]) for s in self.members}
             self.resets += 1
             self.reasons.append((time.time(), str(reason), len(slots)))
             self.cond.notify_all()

@@ -17,6 +17,7 @@ commit. What is not survived: losing the driver, or a machine other than the dri
 its PRRTE daemon (Open MPI ends the job when it loses a daemon; docs/elastic.md)."""
 import json
 import os
+import queue
 import re
 import sys
 import threading
@@ -28,6 +29,8 @@ from tfring.common.signed_server import DriverServer
 from tfring.runner.slots.elastic_book import SlotBook, _int
 from tfring.runner.slots.job import LaunchError, RankError, _seconds
 from tfring.runner.slots.launcher import HERE, Launcher
+from tfring.runner.env import forwarded
+from tfring.runner.processes import alive
 from tfring.runner.slots.net import host_identity
 from tfring.runner.slots.service import CALL_WAIT, _network, _str
 from tfring.runner.slots.wire import MAX_BODY, SERVICE, decode, encode
@@ -72,7 +75,9 @@ class ElasticSlotJob:
         stdout, stderr: where the ranks' output goes (default this process's).
         log: where refused requests are logged.
         who: what messages start with ("tfring.spark.run_elastic").
-        on_report: called with each JSON object a rank sends by `tfring.ray.ray_logger.log` (`/report`), or None.
+        on_report: called with each JSON object a rank sends by `tfring.ray.ray_logger.log` (`/report`), one at a
+            time in a thread of its own, or None.
+        local_host: the host identity of this process (default `host_identity()`; tests on emulated hosts).
 
     Raises:
         ValueError: inconsistent sizes or timeouts.
@@ -80,7 +85,7 @@ class ElasticSlotJob:
 
     def __init__(self, num_proc, min_np, max_np, bind_host, env=None, launch_args=(), executable=None,
                  elastic_timeout=600, reset_limit=None, stdout=None, stderr=None, log=None, who="tfring",
-                 on_report=None):
+                 on_report=None, local_host=None):
         for name, value in (("num_proc", num_proc), ("min_np", min_np)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError("%s: %s=%r: expected a positive integer" % (who, name, value))
@@ -89,13 +94,18 @@ class ElasticSlotJob:
         if min_np > num_proc:
             raise ValueError("%s: min_np=%d is more than num_proc=%d" % (who, min_np, num_proc))
         _seconds("elastic_timeout", elastic_timeout)
+        if elastic_timeout < 1:
+            raise ValueError("%s: elastic_timeout=%r: expected at least 1 second" % (who, elastic_timeout))
+        if reset_limit is not None and (not isinstance(reset_limit, int) or isinstance(reset_limit, bool)
+                                        or reset_limit < 0):
+            raise ValueError("%s: reset_limit=%r: expected a non-negative integer or None" % (who, reset_limit))
         self.num_proc, self.min_np, self.max_np, self.who = num_proc, min_np, max_np, who
         self.secret = new_secret()
         self._env, self._launch_args, self._executable = env, list(launch_args), executable
         self._timeout, self._reset_limit = elastic_timeout, reset_limit
         self._out, self._err = stdout, stderr
         self._cond = threading.Condition()
-        local = "tfring-driver" if os.environ.get(launch_env.SLOT_HOST_ID) else host_identity()
+        local = local_host or ("tfring-driver" if os.environ.get(launch_env.SLOT_HOST_ID) else host_identity())
         self.book = SlotBook(self._cond, local, max_np, self._say)
         self._exit = self._launch_error = None
         self._stopping = self._broken = False
@@ -104,9 +114,13 @@ class ElasticSlotJob:
         clients = 2 * (max_np or max(num_proc, 64)) + 8  # each slot polls, each rank long-polls
         self._server = DriverServer(bind_host, self.secret, {
             "/register": self._register, "/status": self._status, "/output": self._output, "/exit": self._exit_of,
-            "/call": self._call, "/result": self._result, "/gone": self._gone, "/where": self._where},
+            "/call": self._call, "/result": self._result, "/gone": self._gone, "/where": self._where,
+            "/env": self._job_env},
             log=log, name=SERVICE, max_body=MAX_BODY, clients=clients)
-        self._on_report = on_report
+        self._on_report, self._reports = on_report, queue.Queue()
+        self._ranks = {}  # slot index -> [pid, start time] of its rank, when it runs on this machine's host
+        self._asked = set()  # slots whose rank asked for a call
+        self._launched_at = None
         self._elastic = DriverServer(bind_host, self.secret, dict(self.book.handlers(), **{"/report": self._report}),
                                      log=log, clients=clients)
 
@@ -116,9 +130,31 @@ class ElasticSlotJob:
         return self._server.address
 
     def start(self):
+        """Starts both services (and the thread that runs the ray_logger callbacks).
+
+        Returns:
+            ElasticSlotJob: self.
+        """
         self._server.start()
-        self._elastic.start()
+        try:
+            self._elastic.start()
+        except BaseException:
+            self._server.stop()
+            raise
+        if self._on_report is not None:
+            threading.Thread(target=self._run_reports, name="tfring-elastic-reports", daemon=True).start()
         return self
+
+    def _run_reports(self):
+        # One at a time, in the order received, off the ranks' requests (a slow callback must not time out a rank).
+        while True:
+            info = self._reports.get()
+            if info is None:
+                return
+            try:
+                self._on_report(info)
+            except Exception as e:  # noqa: BLE001 - a user's callback must not end the job
+                self._say("a ray_logger callback raised %s: %s" % (type(e).__name__, e))
 
     def _say(self, message):
         stream = self._err or sys.stderr
@@ -131,9 +167,11 @@ class ElasticSlotJob:
         index, pid, started = _int(p, "index"), p.get("pid"), p.get("started")
         slot = {"host": _str(p, "host"), "address": _str(p, "address"), "seen": time.monotonic(), "dead": False,
                 "pid": pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else 0,
-                "started": started if isinstance(started, str) else None, "network": _network(p)}
+                "started": started if isinstance(started, str) else None, "network": _network(p),
+                "hostname": p.get("hostname") if isinstance(p.get("hostname"), str) else None}
         with self._cond:
-            self.book.register(index, slot)
+            if self.book.register(index, slot) is not None:
+                self._ranks.pop(index, None)  # the old process's rank is gone with it
             self._cond.notify_all()
             return {"stop": self._stopping}
 
@@ -141,9 +179,12 @@ class ElasticSlotJob:
         index = _int(p, "index")
         with self._cond:
             slot = self.book.slots.get(index)
+            if slot is not None and slot["dead"] == "silent":  # it was only slow: its process and rank live
+                self._say("slot %d (host %s) is heard from again" % (index, slot["host"]))
+                slot["dead"] = False
             if slot is not None and not slot["dead"]:
                 slot["seen"] = time.monotonic()
-            return {"stop": self._stopping or slot is None or slot["dead"]}
+            return {"stop": self._stopping or slot is None or bool(slot["dead"])}
 
     def _output(self, p):
         data, err = p.get("data"), p.get("stream") == "stderr"
@@ -165,9 +206,15 @@ class ElasticSlotJob:
         return {"ack": True}
 
     def _call(self, p):
-        after = _int(p, "after")
+        after, slot = _int(p, "after"), _int(p, "rank")
+        pid, started = p.get("pid"), p.get("started")
         deadline = time.monotonic() + CALL_WAIT
         with self._cond:
+            self._asked.add(slot)
+            known = self.book.slots.get(slot)
+            if known is not None and known["host"] == self.book.local_host and isinstance(pid, int) and \
+                    not isinstance(pid, bool) and pid > 0 and isinstance(started, str):
+                self._ranks[slot] = [pid, started]  # a rank on this host: _check sees it die
             while not self._stopping and self._seq <= after:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -175,7 +222,10 @@ class ElasticSlotJob:
                 self._cond.wait(left)
             if self._stopping:
                 return {"stop": True}
-            return {"seq": after + 1, "fn": self._calls[after + 1]}
+            pending = sorted(q for q in self._calls if q > after)
+            if not pending:  # a rank spawned after the call it asks about ended: the newest one
+                return {"wait": True}
+            return {"seq": pending[0], "fn": self._calls[pending[0]]}
 
     def _result(self, p):
         slot, seq, ok, value = _int(p, "rank"), _int(p, "seq"), p.get("ok"), p.get("value")
@@ -190,6 +240,7 @@ class ElasticSlotJob:
     def _gone(self, p):  # a rank's watchdog saw its slot's process die (the rank kills itself next)
         with self._cond:
             self.book.gone(_int(p, "slot"))
+            self._ranks.pop(p["slot"], None)
             self._cond.notify_all()
         return {}
 
@@ -198,11 +249,13 @@ class ElasticSlotJob:
         if not isinstance(info, dict):
             raise BadRequest("info: expected an object")
         if self._on_report is not None:
-            try:
-                self._on_report(info)
-            except Exception as e:  # noqa: BLE001 - a user's callback must not break the job's channel
-                self._say("a ray_logger callback raised %s: %s" % (type(e).__name__, e))
+            self._reports.put(info)
         return {}
+
+    def _job_env(self, _p):  # what mpirun forwards (-x) to the first ranks, for ranks spawned on other hosts
+        env = os.environ if self._env is None else self._env
+        secrets = (launch_env.SLOT_SECRET, launch_env.ELASTIC_SECRET)
+        return {"env": {k: env[k] for k in forwarded(env) if k not in secrets}}
 
     def _where(self, p):  # the slot agent: a host added after mpirun started
         with self._cond:
@@ -219,8 +272,15 @@ class ElasticSlotJob:
         now = time.monotonic()
         for index, slot in list(self.book.slots.items()):
             if not slot["dead"] and now - slot["seen"] > SLOT_SILENCE:
+                # Not offered for growth until heard from again; its rank stays a member: a rank that died is
+                # seen by the survivors (a reset) or, on this host, below.
                 self._say("slot %d (host %s) silent for %d s" % (index, slot["host"], SLOT_SILENCE))
-                self.book.gone(index)
+                slot["dead"] = "silent"
+        for index, (pid, started) in list(self._ranks.items()):
+            if index in self.book.members and not alive(pid, started):
+                self._say("the rank of slot %d (pid %d) died" % (index, pid))
+                self.book.members.discard(index)
+                del self._ranks[index]
 
     def _wait(self, until, deadline, alive, expired):
         while True:
@@ -268,6 +328,7 @@ class ElasticSlotJob:
             live = self.book.live()
             count = self.num_proc if want is None else max(self.num_proc, min(len(live), self.max_np or len(live)))
             spec = self._spec(live[:count], timeout)
+        self._launched_at, self._start_timeout = time.monotonic(), max(timeout, 10)
         self._launch_thread = threading.Thread(target=self._run_launcher, args=(spec,), daemon=True,
                                                name="tfring-elastic-mpirun")
         self._launch_thread.start()
@@ -284,7 +345,7 @@ class ElasticSlotJob:
             launch_env.ELASTIC_MAX_NP: str(self.max_np or 0), launch_env.ELASTIC_TIMEOUT: str(int(self._timeout)),
             launch_env.ELASTIC_RESET_LIMIT: str(-1 if self._reset_limit is None else self._reset_limit),
             launch_env.ELASTIC_COMMAND: json.dumps([python, os.path.join(HERE, "rank.py")]),
-            launch_env.SLOT_ASSIGN: json.dumps([self.book.entry(i) for i in ranks])})
+            launch_env.SLOT_ASSIGN: json.dumps(self.book.assignment(ranks))})
         networks = [self.book.slots[i]["network"] for i in indexes]
         return {"np": len(ranks), "hosts": hosts, "networks": sorted(set(networks)) if all(networks) else None,
                 "env": env, "args": self._launch_args, "executable": python, "start_timeout": max(int(timeout), 10),
@@ -324,6 +385,10 @@ class ElasticSlotJob:
             if failed or (self.book.members and self.book.members <= set(got)):
                 state["failed"] = failed
                 return True
+            if not got and not self._asked and time.monotonic() - self._launched_at > self._start_timeout:
+                self._broken = True
+                raise TimeoutError("%s: no rank started within %g s of the launch (mpirun's output above says why)"
+                                   % (self.who, self._start_timeout))
             if self._exit is not None:
                 self._broken = True
                 raise RuntimeError("%s: mpirun exited with code %d before the ranks answered%s" % (
@@ -362,4 +427,5 @@ class ElasticSlotJob:
             self._launch_thread.join(15)
         self._server.stop()
         self._elastic.stop()
+        self._reports.put(None)
 

@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 
+from tfring.common import launch_env
 from tfring.common.signed_channel import BadRequest
 from tfring.common.signed_server import DriverServer
 from tfring.runner.processes import die_with_parent, terminate
@@ -50,6 +51,7 @@ class ExecService:
     """
 
     def __init__(self, bind_host, secret, log=None):
+        self._secret = secret
         self._children, self._pending, self._lock = {}, queue.Queue(), threading.Lock()
         self._server = DriverServer(bind_host, secret, {
             "/spawn": self._spawn, "/poll": self._poll, "/kill": self._kill, "/stdin": self._stdin},
@@ -95,9 +97,12 @@ class ExecService:
             return
         try:
             # The remote shell of ssh: the agent's words joined, run by sh (PRRTE writes sh syntax).
+            # The job's secret by name in the daemon's environment (never on a command line), as mpirun has it: the
+            # processes an elastic job spawns on this host later inherit the daemon's environment, not mpirun's.
+            env = dict(os.environ, **{launch_env.SLOT_SECRET: self._secret, launch_env.ELASTIC_SECRET: self._secret})
             proc = subprocess.Popen(["/bin/sh", "-c", request["command"]], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=die_with_parent)
+                                    preexec_fn=die_with_parent, env=env)
             with self._lock:
                 request["id"] = len(self._children) + 1
                 self._children[request["id"]] = _Child(proc)

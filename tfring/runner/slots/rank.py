@@ -18,16 +18,21 @@ SILENCE = 60.0  # seconds the driver may be unreachable before the rank exits
 WATCH_PERIOD = 0.5  # seconds between two looks at the slot's process
 
 
-def _ancestors(pid):
+def _lineage(pid):
+    """[(pid, start time), ...] from `pid` up to (not including) init, nearest first."""
     from tfring.runner.processes import parent, start_time
-    seen = set()
-    while pid > 1 and len(seen) < 64:
+    chain = []
+    while pid > 1 and len(chain) < 64:
         ppid = parent(pid)
         if ppid is None:
             break
-        seen.add((pid, start_time(pid)))
+        chain.append((pid, start_time(pid)))
         pid = ppid
-    return seen
+    return chain
+
+
+def _ancestors(pid):
+    return set(_lineage(pid))
 
 
 def find_slot(slot_map, local_rank, pid=None):
@@ -47,6 +52,24 @@ def find_slot(slot_map, local_rank, pid=None):
         if members and (members[0][1], members[0][2]) in ancestors and local_rank < len(members):
             return members[local_rank]
     return None
+
+
+def assigned_slot(assign, local_rank, pid=None):
+    """An elastic slot job's rank: its slot from {mpirun host name: {"anchor": [pid, start time], "slots":
+    [[index, pid, start time], ...] in local rank order}}. The host is the one whose anchor (mpirun's process, or
+    the slot running the host's daemon) is this process's nearest ancestor; a spawned process is told its own host
+    only.
+
+    Returns:
+        list: [index, pid, start time], or None when no host's anchor is an ancestor or no slot has this local rank.
+    """
+    hosts = list(assign.values())
+    if len(hosts) != 1:
+        # The nearest anchor: a slot process may itself descend from the driver (Spark's local mode, tests).
+        anchors = {tuple(h["anchor"]): h for h in hosts if h.get("anchor")}
+        hosts = next(([anchors[p]] for p in _lineage(pid or os.getpid()) if p in anchors), [])
+    entries = hosts[0]["slots"] if len(hosts) == 1 else None
+    return entries[local_rank] if entries and 0 <= local_rank < len(entries) else None
 
 
 def watch(rank, slot, client=None, log=sys.stderr):
@@ -86,11 +109,13 @@ def serve(client, rank, log=sys.stderr, slot=None):
         int: the exit code (0 when told to stop, 1 when the driver was lost).
     """
     from tfring.common.signed_channel import ProtocolError
+    from tfring.runner.processes import start_time
     from tfring.runner.slots.wire import decode, encode
     seq, heard = 0, time.monotonic()
     while True:
         try:
-            reply = client.call("/call", {"rank": rank, "after": seq, "slot": slot})
+            reply = client.call("/call", {"rank": rank, "after": seq, "slot": slot, "pid": os.getpid(),
+                                          "started": start_time(os.getpid())})
             heard = time.monotonic()
         except ProtocolError as e:
             if time.monotonic() - heard > SILENCE:
@@ -134,8 +159,13 @@ def main():
     assign = os.environ.get(launch_env.SLOT_ASSIGN)
     if assign:
         # An elastic slot job: the driver assigned every rank its slot, and ranks are renumbered by resets, so the
-        # slot's index is this rank's name towards the driver (a spawned process: by its rank among those spawned).
-        slot = json.loads(assign)[rank]
+        # slot's index is this rank's name towards the driver.
+        slot = assigned_slot(json.loads(assign), int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+        if slot is None:
+            sys.stderr.write("tfring rank %d: no slot assigned to local rank %s in %s (this process's ancestors: "
+                             "%s)\n" % (rank, os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK"), assign,
+                                         _lineage(os.getpid())))
+            return 1
         rank = slot[0]
     else:
         slot = find_slot(json.loads(os.environ.get(launch_env.SLOT_MAP) or "[]"),
@@ -148,7 +178,25 @@ def main():
         quick = DriverClient(driver, secret, timeout=2.0, name=SERVICE)
         threading.Thread(target=watch, args=(rank, slot, quick), name="tfring-slot-watchdog", daemon=True).start()
     client = DriverClient(driver, secret, timeout=30.0, name=SERVICE, max_body=MAX_BODY)
+    if assign:
+        _job_environment(client)
     return serve(client, rank, slot=None if slot is None else slot[0])
+
+
+def _job_environment(client):
+    """An elastic slot job's rank takes the job's environment from the driver: a process spawned on another host
+    started with that host's daemon's environment (mpirun's -x reaches the first ranks only)."""
+    from tfring.common.signed_channel import ProtocolError
+    try:
+        env = client.call("/env", {}).get("env") or {}
+    except ProtocolError as e:
+        sys.stderr.write("tfring rank: cannot fetch the job's environment: %s\n" % e)
+        return
+    # The slot and elastic settings this process was given are its own (its slot); the rest is the job's.
+    env = {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)
+           and not k.startswith(("TFRING_SLOT_", "TFRING_ELASTIC"))}
+    os.environ.update(env)
+    sys.path += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
 
 
 if __name__ == "__main__":

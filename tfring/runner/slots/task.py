@@ -6,6 +6,7 @@ until told to stop. Slot 0 runs mpirun when the driver hands it the job (launche
 other host runs the PRRTE daemon that the slot agent (agent.py) asks for. Every process started here is a child of
 the calling thread, in its own session, and is killed when the slot returns (or, on Linux, when its process dies)."""
 import os
+import socket
 import time
 
 from tfring.common.signed_channel import DriverClient, ProtocolError
@@ -65,7 +66,8 @@ def serve_slot(driver, secret, index, host_id=None, bind_host=None, stop=None, l
                 reply = client.call("/register", {"index": index, "host": host_id or host_identity(index),
                                                   "address": service.address, "pid": os.getpid(),
                                                   "network": interface_network(service.address.rsplit(":", 1)[0]),
-                                                  "started": start_time(os.getpid())})
+                                                  "started": start_time(os.getpid()),
+                                                  "hostname": socket.gethostname()})
             except ProtocolError as e:
                 if time.monotonic() - heard > DRIVER_SILENCE:
                     raise RuntimeError("tfring slot %d: cannot register: %s" % (index, e)) from None

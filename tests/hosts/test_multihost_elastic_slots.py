@@ -1,0 +1,138 @@
+"""An elastic slot job (tfring.runner.slots.elastic_job, behind tfring.spark.run_elastic and tfring.ray's elastic
+executors) across emulated hosts (network namespaces, tests/hosts/): the driver and its mpirun in h1's namespace,
+slots as plain Python processes calling serve_slot, 0 and 1 on h1 (their ranks under the driver's mpirun), 2 on h2
+(its rank under the PRRTE daemon slot 2 runs). Slot 1 is SIGKILLed mid-training: the job shrinks; then slot 3
+starts on h2 and the rank spawned there (under slot 2's daemon) is assigned slot 3; slot 4 starts on h3, a host the
+job does not run on: it is not used (Open MPI 5.0.11 fails spawns onto a host added through the slot agent), and
+the job goes on. Needs root and `ip netns`."""
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import cloudpickle
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed: the ranks of this test use tfring.torch")
+
+from conftest import hosts_unavailable, rank_env  # noqa: E402
+from test_multihost import NH  # noqa: E402
+from test_multihost_slots import SLOT  # noqa: E402
+import test_multihost_slots as slots_test  # noqa: E402
+
+from tfring.runner.slots.elastic_job import ElasticSlotJob  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    os.environ.get("TFRING_TEST_ELASTIC_SLOT_HOSTS") != "1",
+    reason="opt-in (TFRING_TEST_ELASTIC_SLOT_HOSTS=1): Open MPI 5.0.11's ULFM over TCP fails this job in about 4 "
+           "runs of 10 here (the rank under the driver's mpirun dies while the survivors shrink, mpirun exits 255; "
+           "or the spawn onto h2 hangs): docs/elastic.md, Known defects")]
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+NETNS_ENV = {"NETNS_HOSTS_PREFIX": "tfre%d" % (os.getpid() % 1000),
+             "NETNS_HOSTS_SUBNET": "10.234.%d" % (os.getpid() % 200)}
+
+
+def _nh(*args):
+    return subprocess.run(NH + list(args), env=dict(os.environ, **NETNS_ENV), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    import shutil
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        hosts_unavailable("emulated hosts need root and iproute2")
+    up = _nh("up", "3")
+    if up.returncode != 0:
+        _nh("down")
+        hosts_unavailable("could not create network namespaces: %s" % up.stdout.strip()[-300:])
+    saved = dict(slots_test.NETNS_ENV)
+    slots_test.NETNS_ENV.update(NETNS_ENV)  # its _in_netns helper joins this module's namespaces
+    try:
+        yield
+    finally:
+        slots_test.NETNS_ENV.clear()
+        slots_test.NETNS_ENV.update(saved)
+        for _ in range(3):
+            _nh("down")
+            if not any(n.startswith(NETNS_ENV["NETNS_HOSTS_PREFIX"] + "-") for n in os.listdir("/var/run/netns")):
+                break
+            time.sleep(1)
+
+
+def _train():
+    import hashlib
+    import os
+    import socket
+    import time
+
+    import torch
+
+    import tfring.torch as hvd
+    hvd.init()
+    state = hvd.elastic.ObjectState(step=0, sizes=[])
+
+    @hvd.elastic.run
+    def loop(state):
+        # Until the job is back at 3 ranks for 40 steps (at most 1500 steps).
+        while state.step < 1500 and not (len(state.sizes) > 40 and state.sizes[-40:] == [3] * 40
+                                         and 2 in state.sizes):
+            total = float(hvd.allreduce(torch.ones(1), op=hvd.Sum, name="count"))
+            state.sizes.append(int(total))
+            state.step += 1
+            time.sleep(0.03)
+            if state.step % 5 == 0:
+                state.commit()
+    loop(state)
+    return {"slot": os.environ.get("TFRING_SLOT_INDEX"), "host": socket.gethostname(), "size": hvd.size(),
+            "rank": hvd.rank(), "state": hashlib.sha256(repr((state.step, state.sizes)).encode()).hexdigest(),
+            "sizes": sorted(set(state.sizes))}
+
+
+def test_shrink_then_grow_onto_a_new_host(hosts, tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    address = "%s.%d" % (NETNS_ENV["NETNS_HOSTS_SUBNET"], 11)
+    job = slots_test._in_netns("h1", lambda: ElasticSlotJob(
+        3, 2, 4, address, env=rank_env(), stdout=out, stderr=err, local_host="h1").start())
+    script = tmp_path / "slot.py"
+    script.write_text(SLOT)
+    env = dict(rank_env(), TEST_SLOT_SECRET=job.secret, **NETNS_ENV)
+
+    def slot(index, host):
+        return subprocess.Popen(NH + ["exec", host, sys.executable, str(script), job.address, str(index), host],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    procs = [slot(0, "h1"), slot(1, "h1"), slot(2, "h2")]
+    try:
+        slots_test._in_netns("h1", lambda: job.wait_ready(60))  # mpirun starts in h1's namespace
+
+        def chaos():
+            time.sleep(8)
+            os.kill(job.book.slots[1]["pid"], signal.SIGKILL)
+            time.sleep(3)
+            procs.append(slot(4, "h3"))
+            procs.append(slot(3, "h2"))
+        threading.Thread(target=chaos, daemon=True).start()
+        res = job.call(_train, timeout=240)
+        log = out.getvalue()[-3000:] + err.getvalue()[-6000:]
+        assert sorted(r["slot"] for r in res) == ["0", "2", "3"], log
+        assert [r["rank"] for r in res] == [0, 1, 2] and all(r["size"] == 3 for r in res), log
+        assert len({r["state"] for r in res}) == 1, log  # the newcomer received the committed state
+        assert {r["slot"]: r["host"] for r in res}["2"] == "h2" and {r["slot"]: r["host"] for r in res}["3"] == "h2"
+        assert "slot 4 is on a host the job does not run on" in err.getvalue()
+        # Open MPI's ULFM over TCP now and then loses a second process while the survivors shrink (seen: rank 0
+        # under the driver's mpirun, about 1 run in 3): the survivors then shrink again, the slot whose rank died
+        # is offered again, and the job still ends on 3 ranks.
+        assert res[0]["sizes"][-1] == 3 and min(res[0]["sizes"]) < 3, res[0]
+        reasons = [reason for _, reason, _ in job.book.reasons]
+        assert reasons[0] == "failure" and reasons[-1] == "grow", job.book.reasons
+    finally:
+        sys.stdout.write(out.getvalue()[-3000:] + err.getvalue()[-20000:])
+        job.stop(10)
+        job.close()
+        for proc in procs:
+            proc.kill()
+            proc.wait(20)
