@@ -18,7 +18,11 @@ def cores_per_rank():
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return cores / max(1, topology.local_size())
+    try:
+        ranks = topology.local_size()
+    except Exception:  # noqa: BLE001 - not initialized yet: the collective itself will say so
+        ranks = 1
+    return cores / max(1, ranks)
 
 
 def overlap_pays(on_gpu):
