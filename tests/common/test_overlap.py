@@ -15,20 +15,20 @@ def test_auto(monkeypatch, cores, ranks, on_gpu, want):
     monkeypatch.delenv(overlap.ENV, raising=False)
     monkeypatch.setattr(overlap.os, "sched_getaffinity", lambda _pid: set(range(cores)))
     monkeypatch.setattr(topology, "local_size", lambda: ranks)
-    assert overlap.overlap_pays(on_gpu) is want
+    assert overlap.overlap_pays(lambda: on_gpu) is want
 
 
 @pytest.mark.parametrize("value, want", [("1", True), ("0", False), (" AUTO ", False)])
 def test_override(monkeypatch, value, want):
     monkeypatch.setenv(overlap.ENV, value)
     monkeypatch.setattr(overlap.os, "sched_getaffinity", lambda _pid: {0})
-    assert overlap.overlap_pays(False) is want
+    assert overlap.overlap_pays(lambda: False) is want
 
 
 def test_bad_value_is_named(monkeypatch):
     monkeypatch.setenv(overlap.ENV, "sometimes")
     with pytest.raises(ValueError, match="TFRING_OVERLAP_GRADIENTS='sometimes'"):
-        overlap.overlap_pays(False)
+        overlap.overlap_pays(lambda: False)
 
 
 def test_before_init_counts_one_rank(monkeypatch):

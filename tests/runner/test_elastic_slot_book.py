@@ -80,7 +80,7 @@ def test_reset_sets_the_members_and_checks_its_payload():
         book.register(i, _slot("h", "a%d" % i, i + 1))
     book.gone(2)
     book.reset({"hosts": ["x"], "reason": "failure", "slots": [0, 2, 7]})
-    assert book.members == {0} and book.resets == 1  # dead and unknown slots are not members
+    assert book.members == {0} and len(book.reasons) == 1  # dead and unknown slots are not members
     with pytest.raises(BadRequest, match="slots"):
         book.reset({"slots": ["1"]})
     with pytest.raises(BadRequest, match="rank"):

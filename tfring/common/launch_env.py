@@ -22,8 +22,8 @@ SLOT_SECRET = "TFRING_SLOT_SECRET"    # the job's secret: in environments only, 
 SLOT_HOSTS = "TFRING_SLOT_HOSTS"      # JSON {made-up host name: task service "host:port"}, for the agent
 SLOT_MAP = "TFRING_SLOT_MAP"          # JSON [[[slot index, pid, start time], ...] per host], for the watchdogs
 SLOT_INDEX = "TFRING_SLOT_INDEX"      # the slot this rank belongs to
-SLOT_ASSIGN = "TFRING_SLOT_ASSIGN"    # elastic slot jobs: JSON [[slot index, pid, start time]] by rank (spawned: by
-#                                       rank among the processes spawned together), for the watchdogs
+SLOT_ASSIGN = "TFRING_SLOT_ASSIGN"    # elastic slot jobs: JSON {host: {"anchor": [pid, start], "slots": [[index,
+#                                       pid, start], ...] by local rank}} (spawned: its host only), for the watchdogs
 SLOT_HOST_ID = "TFRING_SLOT_HOST_ID"  # tests: a made-up host id per slot ("{index}" replaced)
 
 # Read by the ranks, set by users or the launcher's flags.

@@ -29,7 +29,7 @@ def overlap_pays(on_gpu):
     """Whether per-gradient collectives should overlap backprop.
 
     Args:
-        on_gpu: whether the gradients live on a GPU.
+        on_gpu: callable: whether the gradients live on a GPU (asked only when the setting is auto).
 
     Returns:
         bool
@@ -43,4 +43,4 @@ def overlap_pays(on_gpu):
             ENV, os.environ[ENV]))
     if value in ("1", "0"):
         return value == "1"
-    return on_gpu or cores_per_rank() >= 2
+    return cores_per_rank() >= 2 or bool(on_gpu())

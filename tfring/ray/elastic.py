@@ -104,7 +104,6 @@ class _Actors:
         self.actors = {}  # index -> {"host", "actor", "serving"}
         self.next_index = 0
         self.stop = threading.Event()
-        self.error = None
 
     def _create(self, host):
         import ray
@@ -112,8 +111,8 @@ class _Actors:
         actor = ray.remote(SlotWorker).options(
             num_cpus=ex.cpus_per_slot, num_gpus=ex.gpus_per_slot if ex.use_gpu else 0, max_restarts=0,
             max_concurrency=MAX_CONCURRENCY, resources={"node:%s" % host: 0.01}).remote(self.next_index)
-        if ex.env_vars:
-            actor.update_env_vars.remote(dict(ex.env_vars))
+        if ex.env_vars:  # before serve: a threaded actor runs calls in any order
+            ray.get(actor.update_env_vars.remote(dict(ex.env_vars)), timeout=ex.settings.timeout_s)
         self.actors[self.next_index] = {"host": host, "actor": actor,
                                         "serving": actor.serve.remote(self.job.address, self.job.secret, None)}
         self.next_index += 1
@@ -174,8 +173,27 @@ class ElasticRayExecutor:
     @staticmethod
     def create_settings(min_num_proc=1, max_num_proc=None, reset_limit=None, elastic_timeout=600, timeout_s=30,
                         ssh_identity_file=None, nics=None, min_np=None, max_np=None, verbose=1, **kwargs):
-        """Horovod's settings: min/max ranks, resets allowed, the wait below min_num_proc (elastic_timeout), the
-        start deadline (timeout_s), nics. ssh_identity_file is accepted and unused (no ssh)."""
+        """Horovod's settings for an elastic Ray job.
+
+        Args:
+            min_num_proc: fewest ranks the job goes on with (and starts with).
+            max_num_proc: most ranks (None: as many slots as the discovery offers).
+            reset_limit: most resets before the job fails (None: no limit).
+            elastic_timeout: seconds a reset may take, and the wait for slots below min_num_proc.
+            timeout_s: seconds for min_num_proc actors to start and register.
+            ssh_identity_file: accepted and unused (no ssh: the actors start the ranks).
+            nics: network interfaces (names or CIDR subnets) for tfring's traffic between hosts.
+            min_np: deprecated name of min_num_proc.
+            max_np: deprecated name of max_num_proc.
+            verbose: 0 keeps tfring.ray's own messages quiet.
+            **kwargs: other Horovod ElasticSettings fields, accepted and unused.
+
+        Returns:
+            ElasticSettings: the settings (set `.discovery` to use your own discovery with override_discovery=False).
+
+        Raises:
+            ValueError: min_num_proc is not a positive integer, or max_num_proc is below it.
+        """
         if min_np is not None:
             warnings.warn("min_np is deprecated, use min_num_proc instead", DeprecationWarning, stacklevel=2)
             min_num_proc = min_np

@@ -19,8 +19,6 @@ class ElasticModeExecutor:
 
     def __init__(self, settings, min_workers, max_workers=None, reset_limit=None, elastic_timeout=600,
                  override_discovery=True, cpus_per_worker=1, use_gpu=False, gpus_per_worker=None):
-        if max_workers is not None and (not min_workers or min_workers <= 0):
-            raise ValueError("tfring.ray: max_workers needs a positive min_workers (elastic mode)")
         timeout = getattr(settings, "timeout_s", 300) if settings is not None else 300
         self.settings = ElasticSettings(
             discovery=getattr(settings, "discovery", None), min_num_proc=min_workers, max_num_proc=max_workers,

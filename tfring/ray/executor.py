@@ -65,9 +65,13 @@ class RayExecutor:
         gpus_per_worker: Ray GPUs per worker when use_gpu (default 1).
         use_current_placement_group: when created inside a placement group (e.g. a Ray Tune trial), place the
             workers in it instead of creating one.
-        min_workers, max_workers, reset_limit, elastic_timeout, override_discovery: Horovod 0.28's elastic mode:
-            with min_workers, RayExecutor(...) returns a tfring.ray.elastic_mode.ElasticModeExecutor (every run an
-            elastic job on ElasticRayExecutor). cooldown_range is accepted and unused.
+        min_workers: Horovod 0.28's elastic mode: with min_workers, RayExecutor(...) returns a
+            tfring.ray.elastic_mode.ElasticModeExecutor (every run an elastic job on ElasticRayExecutor).
+        max_workers: elastic mode: most workers (None: as many as the discovery offers).
+        reset_limit: elastic mode: most resets.
+        cooldown_range: accepted for Horovod compatibility and unused (no blacklisting of Ray hosts).
+        elastic_timeout: elastic mode: seconds a reset may take and the wait below min_workers.
+        override_discovery: elastic mode: use a RayHostDiscovery of these resources.
 
     Raises:
         ValueError: an inconsistent combination of arguments.
@@ -101,15 +105,16 @@ class RayExecutor:
         if num_workers is not None or args or kwargs.get("num_hosts") is not None:
             raise ValueError("tfring.ray: give num_workers (fixed size) or min_workers/max_workers (elastic), not both")
         from tfring.ray.elastic_mode import ElasticModeExecutor
-        known = ("reset_limit", "elastic_timeout", "override_discovery", "cpus_per_worker", "use_gpu",
-                 "gpus_per_worker", "cooldown_range", "use_current_placement_group", "num_workers_per_host")
-        unknown = sorted(set(kwargs) - set(known))
+        forwarded = ("reset_limit", "elastic_timeout", "override_discovery", "cpus_per_worker", "use_gpu",
+                     "gpus_per_worker")
+        unknown = sorted(set(kwargs) - set(forwarded) - {"cooldown_range", "use_current_placement_group",
+                                                          "num_workers_per_host"})
         if unknown:
             raise TypeError("tfring.ray: RayExecutor() got unexpected keyword arguments %s" % unknown)
         if not isinstance(min_workers, int) or min_workers < 1:
             raise ValueError("tfring.ray: min_workers=%r: expected a positive integer (elastic mode)" % (min_workers,))
-        return ElasticModeExecutor(settings, min_workers, max_workers, **{
-            k: v for k, v in kwargs.items() if k in known[:6]})
+        return ElasticModeExecutor(settings, min_workers, max_workers,
+                                   **{k: v for k, v in kwargs.items() if k in forwarded})
 
     def __init__(self, settings=None, num_workers=None, num_hosts=None, num_workers_per_host=1, cpus_per_worker=1,
                  use_gpu=False, gpus_per_worker=None, use_current_placement_group=True, min_workers=None,

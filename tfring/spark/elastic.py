@@ -11,7 +11,7 @@ import threading
 import uuid
 import warnings
 
-from tfring.spark.runner import STOP_GRACE, _driver_address, _launch_args, start_timeout_of
+from tfring.spark.runner import STOP_GRACE, _driver_address, _launch_args, seconds_setting, start_timeout_of
 
 WHO = "tfring.spark.run_elastic"
 
@@ -26,18 +26,7 @@ def _task(driver, secret, _partition):
 
 
 def _elastic_timeout(value):
-    for name, v in (("elastic_timeout", value), ("TFRING_ELASTIC_TIMEOUT", os.environ.get("TFRING_ELASTIC_TIMEOUT")),
-                    ("HOROVOD_ELASTIC_TIMEOUT", os.environ.get("HOROVOD_ELASTIC_TIMEOUT"))):
-        if v is None or v == "":
-            continue
-        try:
-            seconds = float(v)
-        except (TypeError, ValueError):
-            seconds = -1
-        if not 0 < seconds < float("inf"):
-            raise ValueError("%s: %s=%r: expected a positive, finite number of seconds" % (WHO, name, v))
-        return seconds
-    return 600.0
+    return seconds_setting(WHO, "elastic_timeout", value, ("TFRING_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT"), 600)
 
 
 def _sizes(sc, num_proc, min_num_proc, max_num_proc, min_np, max_np):

@@ -26,6 +26,37 @@ def _task(driver, secret, _partition):
     return [index]
 
 
+def seconds_setting(who, name, value, env_names, default, environ=None):
+    """A number of seconds from an argument, else the first of `env_names` set, else `default`.
+
+    Args:
+        who: what the error message starts with.
+        name: the argument's name.
+        value: the argument, or None.
+        env_names: environment variables to look at, in order.
+        default: seconds when none is given.
+        environ: the environment (default os.environ).
+
+    Returns:
+        float: seconds.
+
+    Raises:
+        ValueError: a value that is not a positive, finite number (NaN and infinity too: every wait has a deadline).
+    """
+    env = os.environ if environ is None else environ
+    for key, v in [(name, value)] + [(n, env.get(n)) for n in env_names]:
+        if v is None or v == "":
+            continue
+        try:
+            seconds = float(v)
+        except (TypeError, ValueError):
+            seconds = -1
+        if not (0 < seconds < float("inf")):
+            raise ValueError("%s: %s=%r: expected a positive, finite number of seconds" % (who, key, v))
+        return seconds
+    return float(default)
+
+
 def start_timeout_of(start_timeout, environ=None):
     """The seconds the job has for every task to start: the argument, else $TFRING_SPARK_START_TIMEOUT or
     $HOROVOD_SPARK_START_TIMEOUT, else 600.
@@ -40,20 +71,8 @@ def start_timeout_of(start_timeout, environ=None):
     Raises:
         ValueError: a value that is not a positive number.
     """
-    env = os.environ if environ is None else environ
-    for name, value in (("start_timeout", start_timeout), ("TFRING_SPARK_START_TIMEOUT", None),
-                        ("HOROVOD_SPARK_START_TIMEOUT", None)):
-        value = value if name == "start_timeout" else env.get(name)
-        if value is None or value == "":
-            continue
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            seconds = -1
-        if not (0 < seconds < float("inf")):  # also refuses NaN and infinity: every wait has a deadline
-            raise ValueError("tfring.spark.run: %s=%r: expected a positive, finite number of seconds" % (name, value))
-        return seconds
-    return float(DEFAULT_START_TIMEOUT)
+    names = ("TFRING_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT")
+    return seconds_setting("tfring.spark.run", "start_timeout", start_timeout, names, DEFAULT_START_TIMEOUT, environ)
 
 
 def _driver_address(sc):

@@ -155,7 +155,7 @@ class GradientReducer:
                   process_set=self.process_set, device_dense=self.devices[0], device_sparse=self.devices[1])
         dense = lambda g: (tf.convert_to_tensor(g) if self.sparse_as_dense  # noqa: E731
                            and isinstance(g, tf.IndexedSlices) else g)
-        if self.groups is None and not tf.executing_eagerly() and overlap_pays(_on_gpu(grads, present)):
+        if self.groups is None and not tf.executing_eagerly() and overlap_pays(lambda: _on_gpu(grads, present)):
             # In a graph, one op per gradient (as Horovod): each starts as soon as backprop produces its
             # gradient, overlapping communication with the rest of backprop; the core still fuses those that
             # are ready in the same cycle. Only where overlap pays (tfring.common.overlap): with one core per

@@ -4,6 +4,8 @@ import functools
 from tfring.common.elastic import membership, world
 from tfring.common.errors import HorovodInternalError, HostsUpdatedInterrupt, is_worker_failure
 
+MAX_RESET_TRIES = 8  # resets in a row that may each fail on a further lost worker
+
 
 def run(func):
     """Decorator: `func(state, ...)` runs until it returns; when a worker fails it is called again on the
@@ -47,12 +49,12 @@ def run(func):
                         "tfringrun --min-np/--max-np/--host-discovery-script): %s" % e) from e
                 state.restore()
                 failure, skip_sync = True, False
-            while True:
+            for attempt in range(MAX_RESET_TRIES):
                 try:
                     world.reset(failure)
                     break
                 except Exception as e:  # noqa: BLE001 - another worker failed while the job was rebuilt
-                    if not is_worker_failure(e):
+                    if not is_worker_failure(e) or attempt + 1 == MAX_RESET_TRIES:
                         raise
                     failure = True  # shrink past it too (each try counts against --reset-limit)
             state.on_reset()

@@ -82,6 +82,7 @@ def _forget_proposals():
     global _pending, _pending_since
     with _lock:
         _pending, _pending_since = None, time.time()
+        _assigned.clear()
 
 
 class _Deadline:
@@ -126,7 +127,7 @@ def _spawn(comm, add, assign=None):
         # A process spawned on another host inherits that host's daemon's environment, not mpirun's: it is given
         # the job's non-secret settings here (the secret: the daemon's environment; the rest: the driver's /env).
         env += ["%s=%s" % (k, v) for k, v in sorted(os.environ.items()) if k == launch_env.SLOT_DRIVER or
-                (k.startswith(launch_env.ELASTIC) and k != launch_env.ELASTIC_SECRET and k != launch_env.SLOT_ASSIGN)]
+                (k.startswith(launch_env.ELASTIC) and k != launch_env.ELASTIC_SECRET)]
     infos, commands = [], []
     for host, n in (add if slot_job else [(",".join("%s:%d" % (h, n) for h, n in add), None)]):
         info = MPI.Info.Create()
@@ -157,11 +158,11 @@ def _report(comm, reason, add=(), assign=None):
     """Rank 0 tells the launcher where the ranks are now (it keeps host occupancy and failure counts): the ranks
     of `comm` (collective over it), then the processes about to be spawned there (`add`, [[host, n], ...]; they
     take the highest ranks and cannot take part in this gather)."""
-    hosts = comm.gather(host_name(), root=0)
-    slots = comm.gather(os.environ.get(launch_env.SLOT_INDEX), root=0)  # Spark/Ray elastic jobs' slot indexes
+    # Each rank's host, and in a Spark/Ray elastic job its slot index.
+    pairs = comm.gather((host_name(), os.environ.get(launch_env.SLOT_INDEX)), root=0)
     if comm.rank == 0:
-        hosts += [h for h, n in add for _ in range(n)]
-        slots = [int(s) for s in slots if s is not None] + [
+        hosts = [h for h, _ in pairs] + [h for h, n in add for _ in range(n)]
+        slots = [int(s) for _, s in pairs if s is not None] + [
             e[0] for h, _ in add for e in (assign or {}).get(h, {}).get("slots", [])]
         client = membership.client()
         if client is not None:

@@ -369,6 +369,8 @@ class ElasticSlotJob:
             TimeoutError: not done within `timeout` seconds.
         """
         _seconds("timeout", timeout, none=True)
+        if self._launched_at is None:
+            raise RuntimeError("%s: call() before wait_ready(): the job has not started" % self.who)
         payload = encode((ranked, (fn, tuple(args), dict(kwargs or {})), {}))
         with self._cond:
             if self._broken:

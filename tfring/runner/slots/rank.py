@@ -112,10 +112,10 @@ def serve(client, rank, log=sys.stderr, slot=None):
     from tfring.runner.processes import start_time
     from tfring.runner.slots.wire import decode, encode
     seq, heard = 0, time.monotonic()
+    me = {"pid": os.getpid(), "started": start_time(os.getpid())}  # the elastic driver watches local ranks by it
     while True:
         try:
-            reply = client.call("/call", {"rank": rank, "after": seq, "slot": slot, "pid": os.getpid(),
-                                          "started": start_time(os.getpid())})
+            reply = client.call("/call", dict(me, rank=rank, after=seq, slot=slot))
             heard = time.monotonic()
         except ProtocolError as e:
             if time.monotonic() - heard > SILENCE:
