@@ -78,14 +78,12 @@ def test_grouped_gradients_are_averaged(graph, kwargs):
 def test_groups_decide_the_collectives():
     vs = make_vars()
     # groups=None in a graph: one allreduce per gradient, each submitted as soon as backprop produces it
-    # (Horovod), where overlap pays; else one grouped allreduce after backprop (tfring.common.overlap).
-    with overlap("1"):
-        assert collective_inputs(vs) == [[1], [2], [3], [4]]
+    # (Horovod; the default), or with TFRING_OVERLAP_GRADIENTS=0 one grouped allreduce after backprop.
+    assert collective_inputs(vs) == [[1], [2], [3], [4]]
     with overlap("0"):
         assert collective_inputs(vs) == [[1, 2, 3, 4]]
-    with overlap("auto"):  # this machine: per gradient with at least 2 cores per rank
-        per_gradient = len(os.sched_getaffinity(0)) / hvd.local_size() >= 2
-        assert collective_inputs(vs) == ([[1], [2], [3], [4]] if per_gradient else [[1, 2, 3, 4]])
+    with overlap("1"):
+        assert collective_inputs(vs) == [[1], [2], [3], [4]]
     assert collective_inputs(vs, groups=2) == [[1, 2], [3, 4]]  # contiguous, even split
     assert collective_inputs(vs, groups=3) == [[1, 2], [3], [4]]
     with warnings.catch_warnings():
@@ -204,12 +202,11 @@ def test_keras_optimizer_groups_train_like_ungrouped(groups):
 
 def test_keras_optimizer_groups_decide_the_collectives():
     vs = make_vars()
-    # groups=None in a graph: one allreduce per gradient (as Horovod) where overlap pays (forced here).
+    # groups=None in a graph: one allreduce per gradient (as Horovod; the default).
     for groups, want in [(None, [[1], [2], [3], [4]]), (2, [[1, 2], [3, 4]]), ([[vs[1], vs[3]]], [[1], [2, 4], [3]])]:
         opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), groups=groups)
         opt.build(vs)
         step = tf.function(lambda: opt.apply([tf.ones_like(v) for v in vs], vs))
-        with overlap("1"):
-            graph = step.get_concrete_function().graph
+        graph = step.get_concrete_function().graph
         ops = [op for op in graph.get_operations() if op.type in ("HorovodGroupedAllreduce", "HorovodAllreduce")]
         assert sorted(sorted(int(t.shape[0]) for t in op.inputs) for op in ops) == want, groups

@@ -1,46 +1,28 @@
-"""Whether to reduce gradients one by one as backprop produces them (overlap, Horovod's way) or in one grouped
-collective after backprop. Overlap pays where the collective runs beside the compute: on a GPU (NCCL on its own
-stream) or with a spare core per rank for the background thread and MPI's progress. With one core per rank, the
-reduction of early gradients competes with the rest of backprop for that core: measured on the dense-25M Keras
-step (np=2, two cores, TF): per gradient 187-194 ms, one grouped allreduce 155-158 ms, against 149 ms for the
-no-collective step plus raw MPI's allreduce of the same bytes (docs/benchmarks.md).
+"""Whether TF gradients are reduced one by one as backprop produces them (overlap, Horovod's way: the default) or
+in one grouped collective after backprop (TFRING_OVERLAP_GRADIENTS=0). Overlap pays where the collective runs
+beside the compute: on a GPU (NCCL on its own stream) or with a spare core per rank for the background thread and
+MPI's progress. With one core per rank the reduction of early gradients competes with the rest of backprop for
+that core: measured on the dense-25M Keras step (np=2, two cores, TF): per gradient 187-194 ms, grouped 155-158 ms,
+against 149 ms for the no-collective step plus raw MPI's allreduce of the same bytes (docs/benchmarks.md).
 
-TFRING_OVERLAP_GRADIENTS: "1" per gradient, "0" grouped, unset or "auto" decides as above."""
+The choice is the user's, not guessed per host: every rank must make the same one (a per-gradient allreduce on one
+rank never matches a grouped one on another), and hosts may differ in cores, ranks and devices."""
 import os
 
 ENV = "TFRING_OVERLAP_GRADIENTS"
 
 
-def cores_per_rank():
-    """The cores this process may run on, divided by the ranks on its host (at least 1 rank)."""
-    from tfring.common import topology
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:
-        ranks = topology.local_size()
-    except Exception:  # noqa: BLE001 - not initialized yet: the collective itself will say so
-        ranks = 1
-    return cores / max(1, ranks)
-
-
-def overlap_pays(on_gpu):
-    """Whether per-gradient collectives should overlap backprop.
-
-    Args:
-        on_gpu: callable: whether the gradients live on a GPU (asked only when the setting is auto).
+def overlap_gradients():
+    """Whether per-gradient collectives overlap backprop (TFRING_OVERLAP_GRADIENTS: 1, the default, or 0).
 
     Returns:
         bool
 
     Raises:
-        ValueError: TFRING_OVERLAP_GRADIENTS is not 1, 0 or auto.
+        ValueError: TFRING_OVERLAP_GRADIENTS is not 1 or 0.
     """
-    value = os.environ.get(ENV, "auto").strip().lower()
-    if value not in ("1", "0", "auto", ""):
-        raise ValueError("%s=%r: expected 1 (per gradient), 0 (one grouped collective) or auto" % (
-            ENV, os.environ[ENV]))
-    if value in ("1", "0"):
-        return value == "1"
-    return cores_per_rank() >= 2 or bool(on_gpu())
+    value = os.environ.get(ENV, "1").strip()
+    if value not in ("1", "0"):
+        raise ValueError("%s=%r: expected 1 (one allreduce per gradient, overlapping backprop; the default) or 0 "
+                         "(one grouped allreduce after backprop)" % (ENV, os.environ[ENV]))
+    return value == "1"
