@@ -91,6 +91,32 @@ def pytest_report_header(config):
 
 
 @contextlib.contextmanager
+def local_ray(num_cpus, env=None):
+    """A one-node Ray cluster on 127.0.0.1 only; the environment is restored afterwards. Without these settings Ray
+    replaces 127.0.0.1 by the machine's outward address for its servers (it keeps loopback only when it thinks
+    clusters are unsupported) and may report usage statistics over the network. env: more variables for Ray's
+    processes (and this one) while it runs."""
+    import ray
+    from ray._private import ray_constants
+    env = dict(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0", **(env or {}))
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # Ray's processes too
+    cluster_flag, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False  # read at import
+    ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+             configure_logging=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = cluster_flag
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
 def local_spark(cores, app, max_failures=1):
     """A pyspark session in local mode on 127.0.0.1 only, whose Python workers (and so the ranks they start) use
     this venv; the environment is restored afterwards. max_failures: spark.task.maxFailures (local[N,F])."""

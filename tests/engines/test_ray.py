@@ -13,6 +13,7 @@ ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 import cloudpickle  # noqa: E402
 
+from conftest import local_ray  # noqa: E402
 from tfring.ray import RayExecutor  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real Spark/Ray clusters and ranks
@@ -24,25 +25,9 @@ RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TFRING_RAY_TES
 
 @pytest.fixture(scope="module")
 def cluster():
-    # Without these, Ray replaces 127.0.0.1 by the machine's outward address for its servers (it only keeps loopback
-    # when it thinks clusters are unsupported) and may report usage statistics over the network.
-    from ray._private import ray_constants
-    saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED")}
-    os.environ.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")  # Ray's processes too
-    cluster_flag, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False  # read at import
     _BEFORE.update((c.laddr, c.status) for c in psutil.Process().net_connections(kind="inet"))
-    ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             configure_logging=False)
-    try:
+    with local_ray(4):
         yield
-    finally:
-        ray.shutdown()
-        ray_constants.ENABLE_RAY_CLUSTER = cluster_flag
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class Counter:

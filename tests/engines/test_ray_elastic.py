@@ -3,7 +3,6 @@ shrinks the job (survivors roll back to the last commit), the executor starts a 
 discovery still offers and the job grows back onto it; a slot added by the discovery is joined; ray_logger
 values reach the callbacks; the final ranks' weights are identical. Prints the time from the kill to the next
 step."""
-import os
 import sys
 import threading
 import time
@@ -14,6 +13,7 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
 import elastic_digits  # noqa: E402
+from conftest import local_ray  # noqa: E402
 from tfring.ray import ElasticRayExecutor, ray_logger  # noqa: E402
 from tfring.ray.elastic import RayHostDiscovery, TestDiscovery  # noqa: E402
 from tfring.runner.slots import RankError  # noqa: E402
@@ -25,23 +25,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray._private import ray_constants
-    saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED",
-                                            "OMP_NUM_THREADS")}
-    os.environ.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1")
-    cluster_flag, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
-    ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             configure_logging=False)
-    try:
+    with local_ray(3, env={"OMP_NUM_THREADS": "1"}):
         yield
-    finally:
-        ray.shutdown()
-        ray_constants.ENABLE_RAY_CLUSTER = cluster_flag
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class GrowingDiscovery(RayHostDiscovery):
