@@ -1,19 +1,55 @@
-"""tfring.common.overlap: Horovod's per-gradient collectives unless TFRING_OVERLAP_GRADIENTS=0; a bad value named."""
+"""tfring.common.overlap: TFRING_OVERLAP_GRADIENTS 1 / 0 decide alone; unset, empty or auto read the job-wide core
+count agreed at init (tests/tf/ranks_init_agreement.py checks it on real ranks); a bad value is named."""
 import pytest
 
 from tfring.common import overlap
 
 
-@pytest.mark.parametrize("value, want", [(None, True), ("1", True), ("0", False), (" 0 ", False)])
+@pytest.mark.parametrize("value, want", [(None, "auto"), ("", "auto"), (" AUTO ", "auto"), ("1", "1"),
+                                         (" 0 ", "0")])
 def test_setting(monkeypatch, value, want):
     if value is None:
         monkeypatch.delenv(overlap.ENV, raising=False)
     else:
         monkeypatch.setenv(overlap.ENV, value)
-    assert overlap.overlap_gradients() is want
+    assert overlap.setting() == want
 
 
-@pytest.mark.parametrize("value", ["auto", "sometimes", ""])
+@pytest.mark.parametrize("value, want", [("1", True), ("0", False)])
+def test_explicit_value_decides_without_asking(monkeypatch, value, want):
+    monkeypatch.setenv(overlap.ENV, value)
+    asked = []
+    assert overlap.overlap_gradients(lambda: asked.append(1) or True) is want
+    assert not asked  # the device question is only for auto
+
+
+@pytest.mark.parametrize("cores, on_gpu, want", [(0.5, False, False), (1.0, False, False), (2.0, False, True),
+                                                 (1.0, True, True)])
+def test_auto_follows_the_agreed_cores_and_the_device(monkeypatch, cores, on_gpu, want):
+    monkeypatch.delenv(overlap.ENV, raising=False)
+    monkeypatch.delenv("TFRING_ELASTIC", raising=False)
+    monkeypatch.setattr(overlap.topology, "min_cores_per_rank", lambda: cores)
+    assert overlap.overlap_gradients(lambda: on_gpu) is want
+
+
+def test_auto_in_an_elastic_job_is_horovods_way(monkeypatch):
+    # Membership changes move the agreed count: ranks joining later must choose as the ranks already running.
+    monkeypatch.delenv(overlap.ENV, raising=False)
+    monkeypatch.setenv("TFRING_ELASTIC", "1")
+    monkeypatch.setattr(overlap.topology, "min_cores_per_rank", lambda: 0.5)
+    assert overlap.overlap_gradients() is True
+    monkeypatch.setenv(overlap.ENV, "0")
+    assert overlap.overlap_gradients() is False
+
+
+def test_auto_before_init_says_so(monkeypatch):
+    monkeypatch.setenv(overlap.ENV, "auto")
+    monkeypatch.delenv("TFRING_ELASTIC", raising=False)
+    with pytest.raises(ValueError, match="not been initialized"):
+        overlap.overlap_gradients()
+
+
+@pytest.mark.parametrize("value", ["sometimes", "2", "yes"])
 def test_bad_value_is_named(monkeypatch, value):
     monkeypatch.setenv(overlap.ENV, value)
     with pytest.raises(ValueError, match="TFRING_OVERLAP_GRADIENTS=%r" % value):

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import tfring
 import tfring.keras as hvd
+from tfring.common import topology
 from rank_helpers import init
 from sim_helpers import local_grads, rank_batch, simulate_partial_sgd, small_model
 
@@ -78,8 +79,11 @@ def test_grouped_gradients_are_averaged(graph, kwargs):
 def test_groups_decide_the_collectives():
     vs = make_vars()
     # groups=None in a graph: one allreduce per gradient, each submitted as soon as backprop produces it
-    # (Horovod; the default), or with TFRING_OVERLAP_GRADIENTS=0 one grouped allreduce after backprop.
-    assert collective_inputs(vs) == [[1], [2], [3], [4]]
+    # (Horovod; TFRING_OVERLAP_GRADIENTS=1), or with 0 one grouped allreduce after backprop; auto (the default)
+    # overlaps only with 2 cores per rank on every host (or a GPU).
+    auto = [[1], [2], [3], [4]] if topology.min_cores_per_rank() >= 2 else [[1, 2, 3, 4]]
+    with overlap("auto"):
+        assert collective_inputs(vs) == auto
     with overlap("0"):
         assert collective_inputs(vs) == [[1, 2, 3, 4]]
     with overlap("1"):
@@ -202,8 +206,9 @@ def test_keras_optimizer_groups_train_like_ungrouped(groups):
 
 def test_keras_optimizer_groups_decide_the_collectives():
     vs = make_vars()
-    # groups=None in a graph: one allreduce per gradient (as Horovod; the default).
-    for groups, want in [(None, [[1], [2], [3], [4]]), (2, [[1, 2], [3, 4]]), ([[vs[1], vs[3]]], [[1], [2, 4], [3]])]:
+    # groups=None in a graph: one allreduce per gradient where overlap pays (as Horovod), else one grouped op.
+    auto = [[1], [2], [3], [4]] if topology.min_cores_per_rank() >= 2 else [[1, 2, 3, 4]]
+    for groups, want in [(None, auto), (2, [[1, 2], [3, 4]]), ([[vs[1], vs[3]]], [[1], [2, 4], [3]])]:
         opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), groups=groups)
         opt.build(vs)
         step = tf.function(lambda: opt.apply([tf.ones_like(v) for v in vs], vs))

@@ -1,28 +1,57 @@
-"""Whether TF gradients are reduced one by one as backprop produces them (overlap, Horovod's way: the default) or
-in one grouped collective after backprop (TFRING_OVERLAP_GRADIENTS=0). Overlap pays where the collective runs
-beside the compute: on a GPU (NCCL on its own stream) or with a spare core per rank for the background thread and
-MPI's progress. With one core per rank the reduction of early gradients competes with the rest of backprop for
-that core: measured on the dense-25M Keras step (np=2, two cores, TF): per gradient 187-194 ms, grouped 155-158 ms,
-against 149 ms for the no-collective step plus raw MPI's allreduce of the same bytes (docs/benchmarks.md).
+"""Whether TF gradients are reduced one by one as backprop produces them (overlap, Horovod's way) or in one grouped
+collective after backprop. Overlap pays where the collective runs beside the compute: on a GPU (NCCL on its own
+stream) or with a spare core per rank for the background thread and MPI's progress. With one core per rank the
+reduction of early gradients competes with the rest of backprop for that core: measured on the dense-25M Keras
+step (np=2, two cores, TF): per gradient 187-194 ms, grouped 155-158 ms, against 149 ms for the no-collective step
+plus raw MPI's allreduce of the same bytes (docs/benchmarks.md). torch's DistributedOptimizer overlaps whatever
+the cores (its per-parameter allreduces were measured within 4-7 % of a step with no collective at one core per
+rank, grouped 33 % slower: benchmarks/torch_overlap.py), so only the TF binding asks.
 
-The choice is the user's, not guessed per host: every rank must make the same one (a per-gradient allreduce on one
-rank never matches a grouped one on another), and hosts may differ in cores, ranks and devices."""
+TFRING_OVERLAP_GRADIENTS: 1 per gradient, 0 grouped, auto (the default) per gradient on a GPU or where every rank
+of the job has at least 2 cores, else grouped. Every rank must make the same choice (a per-gradient allreduce on
+one rank never matches a grouped one on another), so auto reads the core count the core agreed on at init (the
+fewest cores per rank on any host, `topology.min_cores_per_rank`), never this host's own. In an elastic job auto
+is Horovod's way: a graph traced (or an optimizer built) before a membership change keeps its choice while ranks
+that join decide from the new membership's count, which may fall on the other side of the threshold."""
 import os
 
+from tfring.common import launch_env, topology
+
 ENV = "TFRING_OVERLAP_GRADIENTS"
+MIN_CORES = 2  # per rank, job-wide, for overlap to pay on CPUs
 
 
-def overlap_gradients():
-    """Whether per-gradient collectives overlap backprop (TFRING_OVERLAP_GRADIENTS: 1, the default, or 0).
+def setting():
+    """TFRING_OVERLAP_GRADIENTS as "1", "0" or "auto" (unset or empty: auto).
+
+    Returns:
+        str
+
+    Raises:
+        ValueError: TFRING_OVERLAP_GRADIENTS is not 1, 0 or auto.
+    """
+    value = os.environ.get(ENV, "").strip().lower() or "auto"
+    if value not in ("1", "0", "auto"):
+        raise ValueError("%s=%r: expected 1 (one allreduce per gradient, overlapping backprop), 0 (one grouped "
+                         "allreduce after backprop) or auto (the default)" % (ENV, os.environ[ENV]))
+    return value
+
+
+def overlap_gradients(on_gpu=lambda: False):
+    """Whether per-gradient collectives overlap backprop.
+
+    Args:
+        on_gpu: callable: whether the gradients live on a GPU (asked only under auto).
 
     Returns:
         bool
 
     Raises:
-        ValueError: TFRING_OVERLAP_GRADIENTS is not 1 or 0.
+        ValueError: TFRING_OVERLAP_GRADIENTS is not 1, 0 or auto; or auto before tfring.init().
     """
-    value = os.environ.get(ENV, "1").strip()
-    if value not in ("1", "0"):
-        raise ValueError("%s=%r: expected 1 (one allreduce per gradient, overlapping backprop; the default) or 0 "
-                         "(one grouped allreduce after backprop)" % (ENV, os.environ[ENV]))
-    return value == "1"
+    value = setting()
+    if value != "auto":
+        return value == "1"
+    if launch_env.elastic_enabled():
+        return True
+    return bool(on_gpu()) or topology.min_cores_per_rank() >= MIN_CORES

@@ -3,8 +3,8 @@ They never load the core: before any binding loaded it, tfring is not initialize
 from tfring.common import library as _lib
 
 __all__ = ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
-           "is_homogeneous", "is_initialized", "knob_table", "local_rank", "local_size", "mpi_built", "mpi_enabled",
-           "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "size", "tunables"]
+           "is_homogeneous", "is_initialized", "knob_table", "local_rank", "local_size", "min_cores_per_rank",
+           "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "size", "tunables"]
 
 
 def is_initialized():
@@ -56,6 +56,19 @@ def local_size():
         ValueError: tfring is not initialized.
     """
     return _query("tfring_local_size")
+
+
+def min_cores_per_rank():
+    """The fewest cores per rank on any host of the job: the cores a rank may run on (its affinity) divided by the
+    ranks on its host, the minimum over every rank, agreed at init (so every rank reads the same value).
+
+    Returns:
+        float
+
+    Raises:
+        ValueError: tfring is not initialized.
+    """
+    return _query("tfring_min_cpu_milli_per_rank") / 1000.0
 
 
 def local_rank():

@@ -155,11 +155,12 @@ class GradientReducer:
                   process_set=self.process_set, device_dense=self.devices[0], device_sparse=self.devices[1])
         dense = lambda g: (tf.convert_to_tensor(g) if self.sparse_as_dense  # noqa: E731
                            and isinstance(g, tf.IndexedSlices) else g)
-        if self.groups is None and not tf.executing_eagerly() and overlap_gradients():
+        graph = self.groups is None and not tf.executing_eagerly()
+        if graph and overlap_gradients(lambda: _on_gpu(grads, present)):
             # In a graph, one op per gradient (as Horovod): each starts as soon as backprop produces its
             # gradient, overlapping communication with the rest of backprop; the core still fuses those that
-            # are ready in the same cycle. TFRING_OVERLAP_GRADIENTS=0 takes the grouped op below instead (faster
-            # with one core per rank: tfring.common.overlap).
+            # are ready in the same cycle. Only where overlap pays (tfring.common.overlap): with one core per
+            # rank the grouped op below, after backprop, is faster.
             for i in present:
                 with _labels.given([_labels.of_variable(variables[i])] if variables is not None else None):
                     out[i] = allreduce(dense(grads[i]), **kw)
@@ -183,6 +184,14 @@ class GradientReducer:
                 elif g is not None:
                     out[i] = g / tf.cast(n, g.dtype)
         return out
+
+
+def _on_gpu(grads, present):
+    # A gradient's device may still be unplaced ("") while a graph is traced: any visible GPU counts then.
+    devices = [getattr(grads[i], "device", "") or "" for i in present]
+    if any("GPU" in d.upper() for d in devices):
+        return True
+    return any(not d for d in devices) and bool(tf.config.list_logical_devices("GPU"))
 
 
 class _DistributedGradientTape(tf.GradientTape):

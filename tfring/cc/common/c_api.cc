@@ -81,6 +81,7 @@ TFR_TOPOLOGY_GETTER(tfring_cross_rank, cross_rank)
 TFR_TOPOLOGY_GETTER(tfring_cross_size, cross_size)
 TFR_TOPOLOGY_GETTER(tfring_is_homogeneous, homogeneous)
 TFR_TOPOLOGY_GETTER(tfring_mpi_threads_supported, threads_supported)
+TFR_TOPOLOGY_GETTER(tfring_min_cpu_milli_per_rank, min_cpu_milli_per_rank)
 
 int tfring_built(const char* what) {
   std::string w = what ? what : "";

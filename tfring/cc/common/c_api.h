@@ -22,6 +22,7 @@ int tfring_rank();
 int tfring_size();
 int tfring_local_rank();
 int tfring_local_size();
+int tfring_min_cpu_milli_per_rank();  // job-wide fewest cores per rank x1000
 int tfring_cross_rank();
 int tfring_cross_size();
 int tfring_is_homogeneous();

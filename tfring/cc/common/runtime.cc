@@ -288,6 +288,7 @@ void Runtime::Loop() {
 
 bool Runtime::Cycle(ProcessSet& set, bool shutdown, ResponseList* list) {
   Status s = set.controller->ComputeResponseList(shutdown, list);
+  if (!s.ok()) s = set.backend->Explain(s);
   if (!s.ok()) {
     if (s.code() == StatusCode::WORKERS_FAILED) return !OnWorkerFailure(s);
     TFR_LOG(TFR_ERROR, "negotiation failed" << set.label().Where() << ", stopping: " << s.message());
@@ -353,6 +354,7 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
       TimelineActivity activity(&timeline_, response.names, "EXECUTE");
       set.backend->SetHierarchical(hierarchical_);  // rank 0's setting, identical on every rank at this point
       status = set.backend->Execute(response, entries);
+      if (!status.ok()) status = set.backend->Explain(status);
     }
     if (status.ok())
       monitor_.OnExecuted(response.names, response.op, LocalBytes(response.op, entries),

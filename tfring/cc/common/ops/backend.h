@@ -16,6 +16,7 @@ struct Topology {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool homogeneous = true;
   bool threads_supported = false;
+  int min_cpu_milli_per_rank = 1000;  // job-wide (MpiContext)
 };
 
 class Backend {
@@ -28,6 +29,8 @@ class Backend {
   virtual void Finalize() = 0;
   // After a worker failed: makes every peer's pending and future calls on this backend fail (no-op without ULFM).
   virtual void Revoke() {}
+  // A failed call's status, as WORKERS_FAILED where a peer's death caused it (MpiContext::Explain).
+  virtual Status Explain(const Status& s) const { return s; }
   virtual void SetTimeline(Timeline* timeline) = 0;
   // TunedParams::hierarchical bits; every rank of the backend sets the same value before the same collective.
   virtual void SetHierarchical(int bits) = 0;  // phases inside a collective (copy in, MPI call, copy out)

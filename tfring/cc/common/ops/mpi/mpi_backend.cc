@@ -101,6 +101,7 @@ class MpiBackend : public Backend {
     t.cross_rank = ctx_.cross_rank;
     t.cross_size = ctx_.cross_size;
     t.homogeneous = ctx_.homogeneous;
+    t.min_cpu_milli_per_rank = ctx_.min_cpu_milli_per_rank;
     t.threads_supported = ctx_.thread_level == MPI_THREAD_MULTIPLE;
     return t;
   }
@@ -127,6 +128,7 @@ class MpiBackend : public Backend {
   }
   void Finalize() override { ctx_.Finalize(); }
   void Revoke() override { ctx_.Revoke(); }
+  Status Explain(const Status& s) const override { return ctx_.Explain(s); }
   void SetTimeline(Timeline* timeline) override { ctx_.timeline = timeline; }
   void SetHierarchical(int bits) override {
     ctx_.hierarchical_allreduce = bits & 1;

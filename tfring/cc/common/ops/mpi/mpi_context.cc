@@ -1,6 +1,11 @@
 #include "mpi_context.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #include "../../half.h"
 
@@ -110,6 +115,11 @@ Status MpiContext::Init(MPI_Comm base) {
   TFR_CHECK_MPI(MPI_Allgather(&local_size, 1, MPI_INT, local_sizes.data(), 1, MPI_INT, comm));
   homogeneous = std::all_of(local_sizes.begin(), local_sizes.end(), [&](int s) { return s == local_size; });
   max_local = *std::max_element(local_sizes.begin(), local_sizes.end());
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t affinity;
+  if (sched_getaffinity(0, sizeof(affinity), &affinity) == 0) cores = CPU_COUNT(&affinity);
+  int mine = std::max(1, cores) * 1000 / local_size;
+  TFR_CHECK_MPI(MPI_Allreduce(&mine, &min_cpu_milli_per_rank, 1, MPI_INT, MPI_MIN, comm));
   int host = cross_rank;  // meaningful on each host's first rank: its rank among the first ranks
   TFR_CHECK_MPI(MPI_Bcast(&host, 1, MPI_INT, 0, local_comm));
   host_of.assign(size, 0);
@@ -128,6 +138,29 @@ void MpiContext::Revoke() {
   for (MPI_Comm c : {comm, local_comm, cross_comm})
     if (c != MPI_COMM_NULL) MPIX_Comm_revoke(c);
 #endif
+}
+
+Status MpiContext::Explain(const Status& s) const {
+#ifdef TFRING_HAVE_ULFM
+  if (s.code() != StatusCode::UNKNOWN || comm == MPI_COMM_NULL) return s;
+  const char* ft = std::getenv("OMPI_MCA_mpi_ft_enable");  // mpirun --with-ft ulfm sets it
+  const bool ulfm = ft && (std::string(ft) == "1" || std::string(ft) == "true");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(ulfm ? 2 : 0);
+  do {
+    int flag = 0, n = 0, revoked = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);  // progress: failures get noticed
+    MPI_Group failed = MPI_GROUP_NULL;
+    if (MPIX_Comm_get_failed(comm, &failed) == MPI_SUCCESS && failed != MPI_GROUP_NULL) {
+      MPI_Group_size(failed, &n);
+      MPI_Group_free(&failed);
+    }
+    MPIX_Comm_is_revoked(comm, &revoked);  // a survivor that saw the failure revoked it
+    if (n > 0 || revoked)
+      return Status::WorkersFailed("tfring: a worker process failed or left the job (" + s.message() + ")");
+    if (ulfm) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (std::chrono::steady_clock::now() < deadline);
+#endif
+  return s;
 }
 
 void MpiContext::Finalize() {

@@ -32,6 +32,8 @@ struct MpiContext {
   MPI_Comm cross_comm = MPI_COMM_NULL;
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool homogeneous = true;
+  // Job-wide: the fewest cores any rank may run on per rank of its host, x1000 (MIN over ranks, agreed at init).
+  int min_cpu_milli_per_rank = 1000;
   // Hosts (shared-memory domains): index of each rank's host (= the cross rank of the host's first rank), the
   // ranks grouped host by host, and whether that grouping is rank order (hierarchical.cc).
   int num_hosts = 1, max_local = 1;
@@ -50,6 +52,10 @@ struct MpiContext {
   void Finalize();
   // Revokes every communicator (ULFM builds): peers blocked in a call on them return MPI_ERR_REVOKED.
   void Revoke();
+  // An MPI error that is not a ULFM code can still come from a dead peer (a root's MPI_Bcast to a rank that just
+  // died returned MPI_ERR_OTHER once in CI): under ULFM, waits up to 2 s for a failed process on comm (or comm
+  // revoked by a survivor) and then reports WORKERS_FAILED, so every survivor sees the same error class.
+  Status Explain(const Status& s) const;
   MPI_Datatype Type(DataType t) const;
   MPI_Op Op(ReduceOp op, DataType t) const;
 };
