@@ -1,7 +1,8 @@
-"""What bounds tfring's broadcast and allgather against raw MPI (issue #30 item 2): the same collective timed raw
-into a reused buffer, raw into a fresh output per call (as a framework op must produce one), raw into a fresh
-output plus the root's copy (tfring broadcasts in place into its output), and tfring's eager op, in one job at
-np=2; run it once with TensorFlow's default CPU allocator and once with TF_CPU_ALLOCATOR_USE_BFC=true.
+"""What bounds tfring's broadcast, allgather and eager allreduce against raw MPI (issue #30 items 1-2): the same
+collective timed raw into a reused buffer, raw into a fresh output per call (as a framework op must produce one),
+raw into a fresh output plus the root's copy (tfring broadcasts in place into its output), allreduce raw in place
+and out of place (an eager op must leave its input, which the caller holds, untouched), and tfring's eager op, in
+one job at np=2; run it once with TensorFlow's default CPU allocator and once with TF_CPU_ALLOCATOR_USE_BFC=true.
 
     tfringrun -np 2 python benchmarks/bcast_bound.py --out benchmarks/results/bcast_bound.json [--label bfc]
 """
@@ -42,6 +43,15 @@ def cases():
         "raw, reused buffer": lambda: COMM.Allgather(part, gathered),
         "raw, fresh output": lambda: COMM.Allgather(part, np.empty_like(gathered)),
         "tfring eager": lambda: hvd.allgather(y, name="bound_gather")}
+    for size in (64 << 10, 1 << 20, 16 << 20, 64 << 20):
+        buf = np.ones(size // 4, np.float32)
+        out = np.empty_like(buf)
+        z = tf.constant(buf)
+        yield "allreduce %d KiB" % (size >> 10), {
+            "raw, in place": lambda buf=buf: COMM.Allreduce(MPI.IN_PLACE, buf),
+            "raw, out of place, reused output": lambda buf=buf, out=out: COMM.Allreduce(buf, out),
+            "raw, out of place, fresh output": lambda buf=buf: COMM.Allreduce(buf, np.empty_like(buf)),
+            "tfring eager": lambda z=z, size=size: hvd.allreduce(z, op=hvd.Sum, name="bound_ar%d" % size)}
 
 
 def main():
