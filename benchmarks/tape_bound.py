@@ -6,6 +6,7 @@ reduce in place) and `reduce_sum(v * v)`'s (a distinct gradient per variable, as
 forwarded and reduced in place), each with the same step without the collective (`floor`).
 
     tfringrun -np 2 python benchmarks/tape_bound.py --out benchmarks/results/tape_bound.json [--label run1]
+    HVD_ENV/bin/mpirun -np 2 --bind-to none HVD_ENV/bin/python benchmarks/tape_bound.py --impl horovod --label hvd
 """
 import argparse
 import json
@@ -16,14 +17,14 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-import tfring as hvd  # noqa: E402
+from impl import IMPLS, load  # noqa: E402
 from timing import median_ms  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 SHAPES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "resnet50_shapes.json")
 
 
-def tape_step(w, loss_of, op):
+def tape_step(hvd, w, loss_of, op):
     @tf.function
     def step(scale):
         with tf.GradientTape() as tape:
@@ -40,7 +41,9 @@ def main():
     parser.add_argument("--out", default="benchmarks/results/tape_bound.json")
     parser.add_argument("--label", default="run")
     parser.add_argument("--iters", type=int, default=15)
+    parser.add_argument("--impl", choices=IMPLS, default="tfring")
     args = parser.parse_args()
+    hvd = load(args.impl)
     hvd.init()
     arrays = [np.ones(s, np.float32) for s in json.load(open(SHAPES))]
     w = [tf.Variable(a) for a in arrays]
@@ -51,9 +54,9 @@ def main():
     row = {"raw": median_ms(raw, args.iters)}
     for kind, loss_of in (("shared", lambda v: v), ("distinct", lambda v: v * v)):
         for label, op in (("floor", None), ("Sum", hvd.Sum), ("Average", hvd.Average)):
-            row["%s %s" % (kind, label)] = median_ms(tape_step(w, loss_of, op), args.iters)
+            row["%s %s" % (kind, label)] = median_ms(tape_step(hvd, w, loss_of, op), args.iters)
     row["raw again"] = median_ms(raw, args.iters)
-    row = {k: round(v, 2) for k, v in row.items()}
+    row = dict({k: round(v, 2) for k, v in row.items()}, impl=args.impl)
     if COMM.rank == 0:
         runs = json.load(open(args.out)) if os.path.exists(args.out) else {}
         runs[args.label] = row
