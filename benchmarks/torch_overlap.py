@@ -1,6 +1,7 @@
 """Does overlapping the gradients' allreduces with backward pay for tfring.torch.DistributedOptimizer? One job:
 
-    PYTHONPATH=. python -m tfring.runner -np 2 python benchmarks/torch_overlap.py [--reps 3] [--steps 20]
+    PYTHONPATH=. python -m tfring.runner -np 2 python benchmarks/torch_overlap.py [--reps 3] [--steps 20] \
+        [--out benchmarks/results/torch_overlap.json]    # np=1 (under taskset -c 0): the one-core baseline
 
 The dense-25M step of benchmarks/torch_job.py, one thread per rank, three ways in turn (each rep builds them
 again): Horovod's per-parameter allreduces started by backward's hooks (`per_parameter`), one grouped allreduce
@@ -43,6 +44,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--out", help="JSON file: this run is stored under the key np<N>")
     args = parser.parse_args()
     hvd.init()
     torch.set_num_threads(1)
@@ -57,6 +59,11 @@ def main():
             result[way].append(measure(net, opt, args.steps))
     if hvd.rank() == 0:
         print(json.dumps({"np": hvd.size(), "reps": result}, indent=1))
+        if args.out:
+            runs = json.load(open(args.out)) if os.path.exists(args.out) else {}
+            runs["np%d" % hvd.size()] = result
+            with open(args.out, "w") as f:
+                json.dump(runs, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""tfring.common.overlap: TFRING_OVERLAP_GRADIENTS 1 / 0 decide alone; unset, empty or auto read the job-wide core
-count agreed at init (tests/tf/ranks_init_agreement.py checks it on real ranks); a bad value is named."""
+"""tfring.common.overlap: TFRING_OVERLAP_GRADIENTS 1 / 0 decide alone; unset, empty or auto read the build and the
+job-wide CPU count agreed at init (tests/tf/ranks_init_agreement.py checks that on real ranks); a bad value is
+named."""
 import pytest
 
 from tfring.common import overlap
@@ -16,20 +17,19 @@ def test_setting(monkeypatch, value, want):
 
 
 @pytest.mark.parametrize("value, want", [("1", True), ("0", False)])
-def test_explicit_value_decides_without_asking(monkeypatch, value, want):
+def test_explicit_value_decides_before_init(monkeypatch, value, want):
     monkeypatch.setenv(overlap.ENV, value)
-    asked = []
-    assert overlap.overlap_gradients(lambda: asked.append(1) or True) is want
-    assert not asked  # the device question is only for auto
+    assert overlap.overlap_gradients() is want  # no topology asked: tfring is not initialized here
 
 
-@pytest.mark.parametrize("cores, on_gpu, want", [(0.5, False, False), (1.0, False, False), (2.0, False, True),
-                                                 (1.0, True, True)])
-def test_auto_follows_the_agreed_cores_and_the_device(monkeypatch, cores, on_gpu, want):
+@pytest.mark.parametrize("cores, gpu_build, want", [(0.5, False, False), (1.0, False, False), (1.999, False, False),
+                                                    (2.0, False, True), (1.0, True, True)])
+def test_auto_follows_the_agreed_cores_and_the_build(monkeypatch, cores, gpu_build, want):
     monkeypatch.delenv(overlap.ENV, raising=False)
     monkeypatch.delenv("TFRING_ELASTIC", raising=False)
     monkeypatch.setattr(overlap.topology, "min_cores_per_rank", lambda: cores)
-    assert overlap.overlap_gradients(lambda: on_gpu) is want
+    monkeypatch.setattr(overlap.topology, "nccl_built", lambda: gpu_build)
+    assert overlap.overlap_gradients() is want
 
 
 def test_auto_in_an_elastic_job_is_horovods_way(monkeypatch):
@@ -37,6 +37,7 @@ def test_auto_in_an_elastic_job_is_horovods_way(monkeypatch):
     monkeypatch.delenv(overlap.ENV, raising=False)
     monkeypatch.setenv("TFRING_ELASTIC", "1")
     monkeypatch.setattr(overlap.topology, "min_cores_per_rank", lambda: 0.5)
+    monkeypatch.setattr(overlap.topology, "nccl_built", lambda: False)
     assert overlap.overlap_gradients() is True
     monkeypatch.setenv(overlap.ENV, "0")
     assert overlap.overlap_gradients() is False

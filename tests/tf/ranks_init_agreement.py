@@ -48,23 +48,39 @@ def test_process_set_refused_on_one_rank_only():
     works()
 
 
-def test_cores_per_rank_are_agreed_by_every_rank():
-    # Rank 0 runs on one core: every rank must read the job's fewest cores per rank (its own count would differ
-    # on the others), and so make the same per-gradient / grouped choice for TF's gradients.
-    saved = os.sched_getaffinity(0)
-    if R == 0:
-        os.sched_setaffinity(0, {min(saved)})
+def expected_cores_per_rank():
+    # The union of the affinity masks of each host's ranks, per rank of the host; the fewest over hosts.
+    rows = MPI.COMM_WORLD.allgather((MPI.Get_processor_name(), sorted(os.sched_getaffinity(0))))
+    hosts = {}
+    for host, cpus in rows:
+        hosts.setdefault(host, [set(), 0])
+        hosts[host][0].update(cpus)
+        hosts[host][1] += 1
+    return min(int(len(cpus) * 1000 / n) / 1000.0 for cpus, n in hosts.values())
+
+
+@pytest.mark.parametrize("pinned", ["none", "rank 0", "all"])
+def test_cores_per_rank_are_agreed_by_every_rank(pinned):
+    # Ranks bound to their own CPUs (rank 0 to one) must not make their host look smaller than it is; every rank
+    # pinned to the same CPU makes it one CPU for all. Every rank reads the same value and makes the same
+    # per-gradient / grouped choice for TF's gradients.
+    saved_mask, saved_env = os.sched_getaffinity(0), os.environ.pop(overlap.ENV, None)
+    if pinned == "all" or (pinned == "rank 0" and R == 0):
+        os.sched_setaffinity(0, {min(saved_mask)})
     try:
         hvd.init()
-        mine = int(len(os.sched_getaffinity(0)) * 1000 / hvd.local_size()) / 1000.0
-        want = min(MPI.COMM_WORLD.allgather(mine))
+        want = expected_cores_per_rank()
         got = topology.min_cores_per_rank()
-        assert got == pytest.approx(want) and want <= 1.0 / hvd.local_size() + 1e-9
+        assert got == pytest.approx(want), (pinned, got, want)
         assert MPI.COMM_WORLD.allgather(got) == [got] * N
-        os.environ.pop(overlap.ENV, None)
+        if pinned == "all":
+            assert got == pytest.approx(int(1000 / hvd.local_size()) / 1000.0)
         choice = overlap.overlap_gradients()
-        assert choice is False and MPI.COMM_WORLD.allgather(choice) == [choice] * N
-        hvd.shutdown()
+        assert choice is (topology.nccl_built() or got >= overlap.MIN_CORES)
+        assert MPI.COMM_WORLD.allgather(choice) == [choice] * N
     finally:
-        os.sched_setaffinity(0, saved)
+        hvd.shutdown()
+        os.sched_setaffinity(0, saved_mask)
+        if saved_env is not None:
+            os.environ[overlap.ENV] = saved_env
     works()

@@ -7,12 +7,15 @@ plus raw MPI's allreduce of the same bytes (docs/benchmarks.md). torch's Distrib
 the cores (its per-parameter allreduces were measured within 4-7 % of a step with no collective at one core per
 rank, grouped 33 % slower: benchmarks/torch_overlap.py), so only the TF binding asks.
 
-TFRING_OVERLAP_GRADIENTS: 1 per gradient, 0 grouped, auto (the default) per gradient on a GPU or where every rank
-of the job has at least 2 cores, else grouped. Every rank must make the same choice (a per-gradient allreduce on
-one rank never matches a grouped one on another), so auto reads the core count the core agreed on at init (the
-fewest cores per rank on any host, `topology.min_cores_per_rank`), never this host's own. In an elastic job auto
+TFRING_OVERLAP_GRADIENTS: 1 per gradient, 0 grouped, auto (the default) per gradient with a GPU build (NCCL: the
+gradients of a GPU job reduce on their own stream) or where every host gives its ranks at least 2 logical CPUs
+each, else grouped. The threshold of 2 is a judgement, not a measurement: only 1 CPU per rank was measured (this
+2-core machine). Every rank must make the same choice (a per-gradient allreduce on one rank never matches a
+grouped one on another), so auto reads only what every rank shares: the build, and the CPU count the core agreed on
+at init (`topology.min_cores_per_rank`), never this rank's devices or this host's own count. In an elastic job auto
 is Horovod's way: a graph traced (or an optimizer built) before a membership change keeps its choice while ranks
-that join decide from the new membership's count, which may fall on the other side of the threshold."""
+that join decide from the new membership's count, which may fall on the other side of the threshold (the same holds
+for a graph traced before a shutdown and re-init with other ranks: set the variable there)."""
 import os
 
 from tfring.common import launch_env, topology
@@ -37,11 +40,8 @@ def setting():
     return value
 
 
-def overlap_gradients(on_gpu=lambda: False):
-    """Whether per-gradient collectives overlap backprop.
-
-    Args:
-        on_gpu: callable: whether the gradients live on a GPU (asked only under auto).
+def overlap_gradients():
+    """Whether per-gradient collectives overlap backprop (the same answer on every rank of a job).
 
     Returns:
         bool
@@ -54,4 +54,4 @@ def overlap_gradients(on_gpu=lambda: False):
         return value == "1"
     if launch_env.elastic_enabled():
         return True
-    return bool(on_gpu()) or topology.min_cores_per_rank() >= MIN_CORES
+    return topology.nccl_built() or topology.min_cores_per_rank() >= MIN_CORES

@@ -59,8 +59,9 @@ def local_size():
 
 
 def min_cores_per_rank():
-    """The fewest cores per rank on any host of the job: the cores a rank may run on (its affinity) divided by the
-    ranks on its host, the minimum over every rank, agreed at init (so every rank reads the same value).
+    """The fewest logical CPUs per rank on any host of the job, agreed at init (every rank reads the same value):
+    on each host, the CPUs its ranks may run on together (the union of their affinity masks, capped by a cgroup
+    CPU quota) divided by its ranks; the minimum over hosts.
 
     Returns:
         float

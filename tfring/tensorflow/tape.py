@@ -156,7 +156,7 @@ class GradientReducer:
         dense = lambda g: (tf.convert_to_tensor(g) if self.sparse_as_dense  # noqa: E731
                            and isinstance(g, tf.IndexedSlices) else g)
         graph = self.groups is None and not tf.executing_eagerly()
-        if graph and overlap_gradients(lambda: _on_gpu(grads, present)):
+        if graph and overlap_gradients():
             # In a graph, one op per gradient (as Horovod): each starts as soon as backprop produces its
             # gradient, overlapping communication with the rest of backprop; the core still fuses those that
             # are ready in the same cycle. Only where overlap pays (tfring.common.overlap): with one core per
@@ -184,14 +184,6 @@ class GradientReducer:
                 elif g is not None:
                     out[i] = g / tf.cast(n, g.dtype)
         return out
-
-
-def _on_gpu(grads, present):
-    # A gradient's device may still be unplaced ("") while a graph is traced: any visible GPU counts then.
-    devices = [getattr(grads[i], "device", "") or "" for i in present]
-    if any("GPU" in d.upper() for d in devices):
-        return True
-    return any(not d for d in devices) and bool(tf.config.list_logical_devices("GPU"))
 
 
 class _DistributedGradientTape(tf.GradientTape):

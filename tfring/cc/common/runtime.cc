@@ -293,6 +293,8 @@ bool Runtime::Cycle(ProcessSet& set, bool shutdown, ResponseList* list) {
     if (s.code() == StatusCode::WORKERS_FAILED) return !OnWorkerFailure(s);
     TFR_LOG(TFR_ERROR, "negotiation failed" << set.label().Where() << ", stopping: " << s.message());
     loop_status_ = s;
+    // Under ULFM peers may have finished this negotiation and wait in the next: revoking lets them fail at once.
+    if (set.backend->FaultTolerant()) RevokeAll();
     return false;
   }
   if (list->tuned_fusion_threshold >= 0) {  // rank 0's settings (at start, or autotune): all switch this cycle
@@ -374,11 +376,15 @@ bool Runtime::OnWorkerFailure(const Status& status) {
   // negotiation, returns at once instead of waiting for a message that will never come. The loop then ends and
   // every queued collective fails with WORKERS_FAILED (tfring.elastic rolls back and rebuilds on the survivors).
   TFR_LOG(TFR_WARNING, status.message() << "; revoking the communicators");
+  RevokeAll();
+  loop_status_ = status;
+  return true;
+}
+
+void Runtime::RevokeAll() {
   for (auto& set : sets_.All())
     if (set->owned) set->owned->Revoke();
   backend_->Revoke();
-  loop_status_ = status;
-  return true;
 }
 
 bool Runtime::PerformOnGpu(const Response& response, std::vector<TensorEntry>* taken, Status* status) {

@@ -64,6 +64,7 @@ class Runtime {
   // Hands a GPU response to the GPU backend; false (with *status set) if the callbacks are still ours to run.
   bool PerformOnGpu(const Response& response, std::vector<TensorEntry>* taken, Status* status);
   void FailAll(const Status& status);
+  void RevokeAll();  // every communicator of every set (no-op without ULFM)
   // Revokes every communicator and records the failure (once); true.
   bool OnWorkerFailure(const Status& status);
   bool WorkerFailed() const { return loop_status_.code() == StatusCode::WORKERS_FAILED; }

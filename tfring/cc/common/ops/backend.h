@@ -31,6 +31,7 @@ class Backend {
   virtual void Revoke() {}
   // A failed call's status, as WORKERS_FAILED where a peer's death caused it (MpiContext::Explain).
   virtual Status Explain(const Status& s) const { return s; }
+  virtual bool FaultTolerant() const { return false; }  // ULFM: peers survive a failure (revoke reaches them)
   virtual void SetTimeline(Timeline* timeline) = 0;
   // TunedParams::hierarchical bits; every rank of the backend sets the same value before the same collective.
   virtual void SetHierarchical(int bits) = 0;  // phases inside a collective (copy in, MPI call, copy out)

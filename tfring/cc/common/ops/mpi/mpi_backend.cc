@@ -129,6 +129,7 @@ class MpiBackend : public Backend {
   void Finalize() override { ctx_.Finalize(); }
   void Revoke() override { ctx_.Revoke(); }
   Status Explain(const Status& s) const override { return ctx_.Explain(s); }
+  bool FaultTolerant() const override { return ctx_.fault_tolerant; }
   void SetTimeline(Timeline* timeline) override { ctx_.timeline = timeline; }
   void SetHierarchical(int bits) override {
     ctx_.hierarchical_allreduce = bits & 1;

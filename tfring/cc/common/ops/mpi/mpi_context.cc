@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -67,6 +69,26 @@ void CreateUserOps() {
   MPI_Op_create(&WrapSum<int16_t, uint16_t>, 1, &g_small_int_sum[3]);
 }
 
+// The cgroup CPU quota in thousandths of a CPU (v2 cpu.max, else v1 cfs quota/period); INT64_MAX when none.
+int64_t CpuQuotaMilli() {
+  int64_t quota = -1, period = 0;
+  if (FILE* f = std::fopen("/sys/fs/cgroup/cpu.max", "r")) {
+    char q[32] = {0};
+    long long p = 0;
+    if (std::fscanf(f, "%31s %lld", q, &p) == 2 && std::string(q) != "max") quota = std::atoll(q), period = p;
+    std::fclose(f);
+  } else if (FILE* fq = std::fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r")) {
+    long long q = -1, p = 0;
+    if (std::fscanf(fq, "%lld", &q) == 1)
+      if (FILE* fp = std::fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r")) {
+        if (std::fscanf(fp, "%lld", &p) == 1) quota = q, period = p;
+        std::fclose(fp);
+      }
+    std::fclose(fq);
+  }
+  return quota > 0 && period > 0 ? std::max<int64_t>(1, quota * 1000 / period) : INT64_MAX;
+}
+
 }  // namespace
 
 bool IsProcessFailure(int rc) {
@@ -101,6 +123,12 @@ Status MpiContext::Init(int64_t comm_f) {
 Status MpiContext::Init(MPI_Comm base) {
   MPI_Query_thread(&thread_level);
   TFR_CHECK_MPI(MPI_Comm_dup(base, &comm));
+#ifdef TFRING_HAVE_ULFM_QUERIES
+  int* ft = nullptr;
+  int has_ft = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_FT, &ft, &has_ft);
+  fault_tolerant = has_ft && ft && *ft;
+#endif
   // Errors come back as codes so they become Status values instead of aborting the job.
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   TFR_CHECK_MPI(MPI_Comm_rank(comm, &rank));
@@ -115,10 +143,16 @@ Status MpiContext::Init(MPI_Comm base) {
   TFR_CHECK_MPI(MPI_Allgather(&local_size, 1, MPI_INT, local_sizes.data(), 1, MPI_INT, comm));
   homogeneous = std::all_of(local_sizes.begin(), local_sizes.end(), [&](int s) { return s == local_size; });
   max_local = *std::max_element(local_sizes.begin(), local_sizes.end());
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  cpu_set_t affinity;
-  if (sched_getaffinity(0, sizeof(affinity), &affinity) == 0) cores = CPU_COUNT(&affinity);
-  int mine = std::max(1, cores) * 1000 / local_size;
+  // The host's ranks together may use the union of their affinity masks (a rank bound to its own cores sees only
+  // its share; one pinned rank must not make the host look small), capped by a container's CPU quota.
+  cpu_set_t mask, host_mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0)
+    for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()) && i < CPU_SETSIZE; ++i)
+      CPU_SET(i, &mask);
+  TFR_CHECK_MPI(MPI_Allreduce(&mask, &host_mask, sizeof(mask), MPI_BYTE, MPI_BOR, local_comm));
+  const int64_t host_milli = std::min<int64_t>(std::max(1, CPU_COUNT(&host_mask)) * int64_t{1000}, CpuQuotaMilli());
+  int mine = static_cast<int>(std::max<int64_t>(1, host_milli / local_size));
   TFR_CHECK_MPI(MPI_Allreduce(&mine, &min_cpu_milli_per_rank, 1, MPI_INT, MPI_MIN, comm));
   int host = cross_rank;  // meaningful on each host's first rank: its rank among the first ranks
   TFR_CHECK_MPI(MPI_Bcast(&host, 1, MPI_INT, 0, local_comm));
@@ -143,8 +177,8 @@ void MpiContext::Revoke() {
 Status MpiContext::Explain(const Status& s) const {
 #ifdef TFRING_HAVE_ULFM
   if (s.code() != StatusCode::UNKNOWN || comm == MPI_COMM_NULL) return s;
-  const char* ft = std::getenv("OMPI_MCA_mpi_ft_enable");  // mpirun --with-ft ulfm sets it
-  const bool ulfm = ft && (std::string(ft) == "1" || std::string(ft) == "true");
+#ifdef TFRING_HAVE_ULFM_QUERIES
+  const bool ulfm = fault_tolerant;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(ulfm ? 2 : 0);
   do {
     int flag = 0, n = 0, revoked = 0;
@@ -159,6 +193,7 @@ Status MpiContext::Explain(const Status& s) const {
       return Status::WorkersFailed("tfring: a worker process failed or left the job (" + s.message() + ")");
     if (ulfm) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   } while (std::chrono::steady_clock::now() < deadline);
+#endif
 #endif
   return s;
 }

@@ -9,6 +9,9 @@
 #endif
 #if defined(MPIX_ERR_PROC_FAILED) && defined(MPIX_ERR_REVOKED)
 #define TFRING_HAVE_ULFM 1  // Open MPI's fault-tolerance extension: revoke/shrink for elastic jobs
+#if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5
+#define TFRING_HAVE_ULFM_QUERIES 1  // MPIX_Comm_get_failed and the MPI_FT attribute (Open MPI 5)
+#endif
 #endif
 
 #include <string>
@@ -32,8 +35,10 @@ struct MpiContext {
   MPI_Comm cross_comm = MPI_COMM_NULL;
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool homogeneous = true;
-  // Job-wide: the fewest cores any rank may run on per rank of its host, x1000 (MIN over ranks, agreed at init).
+  // Job-wide, agreed at init: MIN over hosts of (logical CPUs the host's ranks may run on together, capped by the
+  // cgroup CPU quota) / (ranks on the host), x1000.
   int min_cpu_milli_per_rank = 1000;
+  bool fault_tolerant = false;  // run under ULFM (mpirun --with-ft ulfm): the MPI_FT attribute
   // Hosts (shared-memory domains): index of each rank's host (= the cross rank of the host's first rank), the
   // ranks grouped host by host, and whether that grouping is rank order (hierarchical.cc).
   int num_hosts = 1, max_local = 1;
@@ -54,7 +59,8 @@ struct MpiContext {
   void Revoke();
   // An MPI error that is not a ULFM code can still come from a dead peer (a root's MPI_Bcast to a rank that just
   // died returned MPI_ERR_OTHER once in CI): under ULFM, waits up to 2 s for a failed process on comm (or comm
-  // revoked by a survivor) and then reports WORKERS_FAILED, so every survivor sees the same error class.
+  // revoked by a survivor) and then reports WORKERS_FAILED, so every survivor sees the same error class. Where
+  // none shows, the caller revokes anyway (Runtime::Cycle), so no peer waits for this rank.
   Status Explain(const Status& s) const;
   MPI_Datatype Type(DataType t) const;
   MPI_Op Op(ReduceOp op, DataType t) const;
