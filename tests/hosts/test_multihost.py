@@ -1,6 +1,7 @@
 """Emulated hosts (network namespaces, tests/hosts/): tfringrun across hosts over TCP, and a cut link ending
 the job within 30 s. Needs root and `ip netns`; skipped with the reason otherwise."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -125,4 +126,5 @@ def test_hierarchical_collectives_equal_flat(hosts, tmp_path, hosts_arg, mpi_arg
     finally:
         proc.kill()
     assert proc.returncode == 0, out[-6000:]
-    assert out.count(" passed") == 4 and " failed" not in out, out[-6000:]
+    # pytest's own summaries only: Open MPI may warn "setpgid(...) failed in parent" when ssh starts (seen in CI).
+    assert len(re.findall(r"\b\d+ passed\b", out)) == 4 and not re.search(r"\b\d+ failed\b", out), out[-6000:]

@@ -74,6 +74,20 @@ def test_a_slot_registered_again_elsewhere_replaces_the_dead_one():
     assert book.members == set() and book.slots[1]["pid"] == 6 and "restarted" in lines[-1]
 
 
+def test_a_late_death_report_of_the_old_process_leaves_the_restarted_slot_alive():
+    # CI (stop 39's run): the scheduler's retry registered before the old process's rank reported it dead; the
+    # report marked the new process dead and the job never grew back.
+    book, lines = _book()
+    book.register(1, _slot("h", "a1", 5))
+    book.members = {1}
+    old = [book.slots[1]["pid"], book.slots[1]["started"]]
+    assert book.register(1, _slot("h", "b1", 6)) == 1
+    assert book.gone(1, *old) is False
+    assert book.live() == [1] and not any("died" in line for line in lines)
+    assert book.gone(1, 6, book.slots[1]["started"]) is True  # the new process's own death counts
+    assert book.live() == [] and "died" in lines[-1]
+
+
 def test_reset_sets_the_members_and_checks_its_payload():
     book, _ = _book()
     for i in range(3):

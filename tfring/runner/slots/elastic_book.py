@@ -62,12 +62,18 @@ class SlotBook:
             return index
         return None
 
-    def gone(self, index):
+    def gone(self, index, pid=None, started=None):
+        """Slot `index`'s process died (a rank's watchdog saw it). With the dead process's pid and start time, a
+        report about an older process of a slot the scheduler already restarted changes nothing. Returns whether
+        the report was taken."""
         slot = self.slots.get(index)
+        if slot is not None and pid is not None and (slot["pid"], slot["started"]) != (pid, started):
+            return False  # the slot registered again since (a new process): its rank left with the old one
         if slot is not None and slot["dead"] is not True:
             slot["dead"] = True
             self.say("slot %d (host %s) died: its rank leaves the job" % (index, slot["host"]))
         self.members.discard(index)
+        return True
 
     def live(self, fresh=None):
         now = time.monotonic()

@@ -238,9 +238,11 @@ class ElasticSlotJob:
         return {}
 
     def _gone(self, p):  # a rank's watchdog saw its slot's process die (the rank kills itself next)
+        index, pid, started = _int(p, "slot"), p.get("pid"), p.get("started")
         with self._cond:
-            self.book.gone(_int(p, "slot"))
-            self._ranks.pop(p["slot"], None)
+            if self.book.gone(index, pid if isinstance(pid, int) else None, started if isinstance(started, str)
+                              else None):
+                self._ranks.pop(index, None)
             self._cond.notify_all()
         return {}
 

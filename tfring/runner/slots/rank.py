@@ -90,7 +90,9 @@ def watch(rank, slot, client=None, log=sys.stderr):
     log.flush()
     if client is not None:
         try:
-            client.call("/gone", {"rank": rank, "slot": index})
+            # The slot's process identity too: the scheduler may already have restarted the slot (a new process under
+            # the same index), which must not be taken for the dead one.
+            client.call("/gone", {"rank": rank, "slot": index, "pid": pid, "started": started})
         except ProtocolError:
             pass
     os.kill(os.getpid(), signal.SIGKILL)
