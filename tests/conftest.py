@@ -1,6 +1,7 @@
 """Shared helpers: run a rank-side pytest file under real MPI ranks and report every rank's output."""
 import contextlib
 import os
+import re
 import subprocess
 import sys
 
@@ -59,6 +60,12 @@ def run_ranks(np_, args, timeout=600, env=None, mpirun_args=()):
             break
         sys.stderr.write("conftest: mpirun failed at start-up (%s); starting it again\n" % TRANSIENT_START_FAILURE)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
+
+
+def job_summaries(out):
+    """(how many pytest "N passed" summaries, whether any "N failed" one) in a job's output: pytest's own lines
+    only, since Open MPI may print words like "setpgid(...) failed in parent" when ssh starts (seen in CI)."""
+    return len(re.findall(r"\b\d+ passed\b", out)), bool(re.search(r"\b\d+ failed\b", out))
 
 
 def run_rank_pytest(np_, test_file, timeout=600, extra_env=None):

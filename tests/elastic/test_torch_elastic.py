@@ -8,13 +8,12 @@ elastic digits example at np=2."""
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, kill_session, rank_env, run_rank_pytest
+from conftest import ROOT, kill_session, job_summaries, rank_env, run_rank_pytest
 
 pytestmark = pytest.mark.slow  # launches real ranks or jobs
 
@@ -41,8 +40,8 @@ def run_launcher(args, env=None, timeout=240):
 
 def test_state_and_sampler_on_one_rank():
     proc = run_rank_pytest(1, "tests/elastic/ranks_torch_elastic_state.py", timeout=120)
-    assert re.search(r"\b\d+ passed\b", proc.stdout) and not re.search(r"\b\d+ failed\b", proc.stdout), \
-        proc.stdout[-3000:]
+    passed, failed = job_summaries(proc.stdout)
+    assert passed and not failed, proc.stdout[-3000:]
 
 
 def read_logs(out_dir):
