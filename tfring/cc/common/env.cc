@@ -118,7 +118,12 @@ const std::vector<Knob>& KnobTable() {
              "straggler) at most once per TFRING_MONITOR_INTERVAL_SECONDS (launcher: --metrics-file)."),
       Int("TFRING_MPI_MAX_COUNT", "2147483647", 1, 2147483647, &Settings::mpi_max_count,
           "Largest count per MPI call (MPI counts are int). Allreduce/broadcast are chunked to it; allgather, "
-          "alltoall and reducescatter beyond it fail clearly. Lowering it only serves to test those paths."),
+          "alltoall and reducescatter beyond it fail clearly. Lowering it only serves to test those paths. "
+          "Rank 0's value applies to every rank."),
+      Int("TFRING_ALLREDUCE_CHUNK_BYTES", "16777216", 0, 1e15, &Settings::allreduce_chunk_bytes,
+          "Bytes per MPI allreduce call on the CPU: a larger tensor or fusion buffer is reduced in chunks of this "
+          "size (Open MPI maps and page-faults a fresh temporary for each call over ~32 MiB: 2.3x slower at "
+          "100 MB). 0: one call per buffer. Rank 0's value applies to every rank."),
       Double("TFRING_GPU_TIMEOUT_SECONDS", "600", 0, kNoMax, &Settings::gpu_timeout_seconds,
              "NCCL builds: seconds one GPU collective may run before its communicator is aborted and the op fails "
              "(0: no deadline)."),

@@ -41,6 +41,6 @@ class Backend {
 };
 
 // comm_f: Fortran handle of an MPI communicator, or -1 for MPI_COMM_WORLD.
-Status CreateMpiBackend(int64_t comm_f, int64_t max_count, std::unique_ptr<Backend>* out);
+Status CreateMpiBackend(int64_t comm_f, int64_t max_count, int64_t chunk_bytes, std::unique_ptr<Backend>* out);
 
 }  // namespace tfring

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -12,26 +13,38 @@ namespace {
 // and writes the other): the fusion copies would cost more than the extra MPI call saves.
 constexpr int64_t kDirectBytes = 1 << 20;
 
-// MPI counts are int: reduce in chunks so tensors over 2^31 elements stay correct. in == out means in place.
-Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int64_t total) {
-  const bool hierarchical = UseHierarchical(ctx, ctx.hierarchical_allreduce);
-  TimelineActivity mpi(ctx.timeline, r.names, hierarchical ? "MPI_HIERARCHICAL_ALLREDUCE" : "MPI_ALLREDUCE");
-  const int64_t esize = DataTypeSize(r.dtype), chunk = ctx.max_count;
-  for (int64_t off = 0; off < total; off += chunk) {
-    const int n = static_cast<int>(std::min(chunk, total - off));
-    if (hierarchical) {
-      TFR_RETURN_IF_ERROR(HierarchicalAllreduce(ctx, r, in + off * esize, out + off * esize, n));
-      continue;
-    }
-    const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + off * esize);
-    TFR_CHECK_MPI(MPI_Allreduce(send, out + off * esize, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype), ctx.comm));
-  }
-  return Status::OK();
+// Elements per MPI call: MPI counts are int (max_count), and one call over a large buffer is slow on a CPU.
+// Open MPI's allreduce allocates a temporary as large as (a share of) its buffer; from glibc's mmap threshold
+// (32 MiB at most) up that memory is mapped fresh and page-faulted on every call: 100 MB at np=2 takes 12,800 minor
+// faults and 40 ms in one call, 17 ms in 8 MiB calls (benchmarks/allreduce_chunks.py). chunk_bytes is rank 0's.
+int64_t ChunkCount(const MpiContext& ctx, int64_t esize) {
+  const int64_t by_bytes = ctx.chunk_bytes > 0 ? std::max<int64_t>(1, ctx.chunk_bytes / esize) : ctx.max_count;
+  return std::min(ctx.max_count, by_bytes);
 }
 
 // Average divides by the whole set, joined ranks (whose zeros were summed) included, as Horovod does.
 void Finish(MpiContext& ctx, const Response& r, void* buf, int64_t count) {
   FinishReduction(buf, count, r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? ctx.size : 1);
+}
+
+// Reduces chunk by chunk (in == out: in place), each chunk finished (postscale, Average's division) while it is
+// still in cache.
+Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int64_t total) {
+  const bool hierarchical = UseHierarchical(ctx, ctx.hierarchical_allreduce);
+  TimelineActivity mpi(ctx.timeline, r.names, hierarchical ? "MPI_HIERARCHICAL_ALLREDUCE" : "MPI_ALLREDUCE");
+  const int64_t esize = DataTypeSize(r.dtype), chunk = ChunkCount(ctx, esize);
+  for (int64_t off = 0; off < total; off += chunk) {
+    const int n = static_cast<int>(std::min(chunk, total - off));
+    char* dst = out + off * esize;
+    if (hierarchical) {
+      TFR_RETURN_IF_ERROR(HierarchicalAllreduce(ctx, r, in + off * esize, dst, n));
+    } else {
+      const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + off * esize);
+      TFR_CHECK_MPI(MPI_Allreduce(send, dst, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype), ctx.comm));
+    }
+    Finish(ctx, r, dst, n);
+  }
+  return Status::OK();
 }
 
 // One tensor reduced in its own output; a joined rank (no entry) contributes zeros from the fusion buffer.
@@ -49,9 +62,7 @@ Status ReduceDirect(MpiContext& ctx, const Response& r, TensorEntry* e, int64_t 
     ScaleBuffer(out, count, r.dtype, r.prescale);
     in = out;
   }
-  TFR_RETURN_IF_ERROR(Reduce(ctx, r, in, out, count));
-  Finish(ctx, r, out, count);
-  return Status::OK();
+  return Reduce(ctx, r, in, out, count);
 }
 
 }  // namespace
@@ -85,7 +96,6 @@ Status MpiAllreduce(MpiContext& ctx, const Response& r, const Entries& entries) 
   char* buf = ctx.fusion_buffer.data();
   ScaleBuffer(buf, total, r.dtype, r.prescale);
   TFR_RETURN_IF_ERROR(Reduce(ctx, r, buf, buf, total));
-  Finish(ctx, r, buf, total);
   TimelineActivity copy_out(ctx.timeline, r.names, "MEMCPY_OUT_FUSION_BUFFER");
   int64_t off = 0;
   for (size_t i : fused) {

@@ -72,8 +72,9 @@ class MpiTransport : public Transport {
 class MpiBackend : public Backend {
  public:
   MpiBackend() : transport_(ctx_) {}
-  Status Init(int64_t comm_f, int64_t max_count) {
+  Status Init(int64_t comm_f, int64_t max_count, int64_t chunk_bytes) {
     ctx_.max_count = max_count;
+    ctx_.chunk_bytes = chunk_bytes;
     return ctx_.Init(comm_f);
   }
   Status CreateSubset(const std::vector<int>& ranks, std::unique_ptr<Backend>* out) override {
@@ -84,6 +85,7 @@ class MpiBackend : public Backend {
     if (!member) return Status::OK();
     std::unique_ptr<MpiBackend> b(new MpiBackend());
     b->ctx_.max_count = ctx_.max_count;
+    b->ctx_.chunk_bytes = ctx_.chunk_bytes;
     b->ctx_.timeline = ctx_.timeline;
     Status s = b->ctx_.Init(sub);  // duplicates sub
     MPI_Comm_free(&sub);
@@ -143,9 +145,9 @@ class MpiBackend : public Backend {
 
 }  // namespace
 
-Status CreateMpiBackend(int64_t comm_f, int64_t max_count, std::unique_ptr<Backend>* out) {
+Status CreateMpiBackend(int64_t comm_f, int64_t max_count, int64_t chunk_bytes, std::unique_ptr<Backend>* out) {
   std::unique_ptr<MpiBackend> b(new MpiBackend());
-  TFR_RETURN_IF_ERROR(b->Init(comm_f, max_count));
+  TFR_RETURN_IF_ERROR(b->Init(comm_f, max_count, chunk_bytes));
   *out = std::move(b);
   return Status::OK();
 }

@@ -133,6 +133,10 @@ Status MpiContext::Init(MPI_Comm base) {
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   TFR_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   TFR_CHECK_MPI(MPI_Comm_size(comm, &size));
+  int64_t limits[2] = {max_count, chunk_bytes};  // rank 0's: a rank with other limits would make other calls
+  TFR_CHECK_MPI(MPI_Bcast(limits, 2, MPI_INT64_T, 0, comm));
+  max_count = limits[0];
+  chunk_bytes = limits[1];
   TFR_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local_comm));
   TFR_CHECK_MPI(MPI_Comm_rank(local_comm, &local_rank));
   TFR_CHECK_MPI(MPI_Comm_size(local_comm, &local_size));

@@ -47,9 +47,11 @@ struct MpiContext {
   bool hierarchical_allreduce = false, hierarchical_allgather = false;  // rank 0's settings (every rank alike)
   int thread_level = MPI_THREAD_SINGLE;
   std::vector<char> fusion_buffer;
-  std::vector<char> scratch;       // hierarchical.cc: ring receive buffer, allgather staging (kept: no page faults)
-  Timeline* timeline = nullptr;    // rank 0's timeline, or null
-  int64_t max_count = 2147483647;  // per MPI call (TFRING_MPI_MAX_COUNT)
+  std::vector<char> scratch;     // hierarchical.cc: ring receive buffer, allgather staging (kept: no page faults)
+  Timeline* timeline = nullptr;  // rank 0's timeline, or null
+  // Per MPI call, rank 0's values (agreed at Init: they decide how many calls every rank makes).
+  int64_t max_count = 2147483647;  // elements (TFRING_MPI_MAX_COUNT)
+  int64_t chunk_bytes = 0;         // allreduce bytes, 0: max_count only (TFRING_ALLREDUCE_CHUNK_BYTES)
 
   // comm_f: a Fortran handle from mpi4py's comm.py2f(), or -1 for MPI_COMM_WORLD.
   Status Init(int64_t comm_f);

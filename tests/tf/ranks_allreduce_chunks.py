@@ -1,0 +1,57 @@
+"""Allreduce in chunks (TFRING_ALLREDUCE_CHUNK_BYTES): exact results for every dtype, op and scale across chunk
+boundaries, directly and through the fusion buffer, with rank 0's chunk size applied on every rank. Only rank 0
+asks for chunks of 4000 bytes here: a rank that made one MPI call where rank 0 makes several would fail or hang."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring as hvd
+from rank_helpers import init, restarted
+
+R, N = init()
+CHUNK = 4000  # bytes: 1000 float32, 500 float64/int64, 2000 float16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    with restarted(env={"TFRING_ALLREDUCE_CHUNK_BYTES": CHUNK if R == 0 else 0}):
+        yield
+
+
+def values(n, rank, dtype):
+    return tf.cast((np.arange(n) % 11 + 3 * rank) % 16, dtype)  # small integers: exact in float16 sums too
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.float16, tf.int64, tf.int32], ids=lambda d: d.name)
+@pytest.mark.parametrize("op", ["Sum", "Average"])
+def test_large_tensor_is_exact_across_chunks(dtype, op):
+    n = 4567  # 2.3-9 chunks by dtype, the last one partial
+    out = hvd.allreduce(values(n, R, dtype), op=getattr(hvd, op), name="chunks_%s_%s" % (dtype.name, op))
+    total = sum(values(n, r, tf.float64).numpy() for r in range(N))
+    want = total if op == "Sum" else (total // N if dtype.is_integer else total / N)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(tf.cast(out, tf.float64).numpy(), want, rtol=1e-3 if dtype == tf.float16 else 1e-7)
+
+
+def test_scaled_average_divides_each_element_once():
+    n = 3001
+    x = tf.fill([n], float(R + 1))
+    out = hvd.allreduce(x, op=hvd.Average, prescale_factor=2.0, postscale_factor=3.0, name="chunks_scaled")
+    np.testing.assert_allclose(out.numpy(), np.full(n, 6.0 * sum(range(1, N + 1)) / N), rtol=1e-6)
+
+
+def test_fusion_buffer_larger_than_a_chunk():
+    # Tensors under 1 MiB go through the fusion buffer (8 MiB by default): 7 of them make 13.6 chunks.
+    xs = [tf.fill([777 + i], float(R + i)) for i in range(7)]
+    outs = hvd.grouped_allreduce(xs, op=hvd.Average, name="chunks_fused")
+    for i, out in enumerate(outs):
+        np.testing.assert_allclose(out.numpy(), np.full(777 + i, i + (N - 1) / 2.0), rtol=1e-6)
+
+
+def test_in_place_gradients_in_a_function():
+    # Forwarded inputs (a function's temporaries) are reduced in place, chunk by chunk.
+    @tf.function
+    def step(v):
+        return hvd.allreduce(v * 2.0, op=hvd.Average, name="chunks_in_place")
+    out = step(tf.fill([2500], float(R)))
+    np.testing.assert_allclose(out.numpy(), np.full(2500, float(N - 1)), rtol=1e-6)
