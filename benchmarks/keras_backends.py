@@ -112,7 +112,7 @@ def table(rows, meta):
     for r in rows:
         label = OWN[r["backend"]] if r["impl"] == "own" else LABEL.get(r["impl"])
         if r["impl"] == "serial":  # the bound row
-            lines.append("| %s | (bound) ceiling's step + raw MPI allreduce of the gradients (%.0f ms), serial | "
+            lines.append("| %s | (bound) ceiling's step + raw MPI in-place allreduce of each gradient (%.0f ms), serial | "
                          "| | | | %.2f | |" % (r["backend"], r["mpi_ms"], r["of_ceiling"]))
             continue
         if "error" in r:

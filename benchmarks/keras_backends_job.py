@@ -9,8 +9,11 @@ params) on the backend Keras runs on (KERAS_BACKEND=tensorflow|jax|torch), one c
                loop (Keras' guide "distributed training with PyTorch"). TensorFlow: MultiWorkerMirroredStrategy
                + Keras fit.
 --impl own_none: torch only: the same custom loop with no DDP (that loop's own ceiling).
---impl mpi:    no training: mpi4py's in-place Allreduce (sum) of one float32 buffer of the model's 25.2 M
-               parameters, timed per call (what MPI itself takes for one step's gradients).
+--impl mpi:    no training: mpi4py's in-place Allreduce (sum) of each of the model's gradients (float32, 25.2 M
+               parameters in all) in calls of at most 16 MiB, as tfring reduces them, timed per step (what MPI
+               itself takes for one step's gradients); also "per_gradient_one_call_ms" (each gradient in one call)
+               and "one_buffer_ms" (all 100.8 MB in one call): Open MPI page-faults a fresh temporary for a call
+               over ~32 MiB, about twice as slow (benchmarks/allreduce_chunks.py).
 
 Per rank batch 64 (JAX's DataParallel: 64 per process, so the same global batch). Fit is timed per batch by a
 callback that waits for the step's loss; the custom loop per step. The slowest rank's median step counts. If the
@@ -95,6 +98,7 @@ import keras  # noqa: E402
 
 FEATURES, CLASSES = 1024, 10
 CPU = {}  # process CPU time and wall time when the timed steps start: cores used = their ratio
+EXTRA = {}  # further measurements of the impl, into the result
 
 
 def build_model():
@@ -183,16 +187,35 @@ def torch_loop_times(ddp):
 
 
 def mpi_times():
-    buf = np.ones(sum(int(np.prod(v.shape)) for v in build_model().trainable_variables), np.float32)
-    times = []
+    """Per step: each gradient in place in calls of at most 16 MiB (as tfring by default; timed), each in one call,
+    and all of them as one buffer in one call (into EXTRA)."""
+    bufs = [np.ones(int(np.prod(v.shape)), np.float32) for v in build_model().trainable_variables]
+    whole = np.ones(sum(b.size for b in bufs), np.float32)
+    chunk = (16 << 20) // 4
+
+    def chunked():
+        for b in bufs:
+            for s in range(0, b.size, chunk):
+                COMM.Allreduce(MPI.IN_PLACE, b[s:s + chunk], op=MPI.SUM)
+
+    def one_call_each():
+        for b in bufs:
+            COMM.Allreduce(MPI.IN_PLACE, b, op=MPI.SUM)
+    variants = {"chunked": chunked, "per_gradient_one_call_ms": one_call_each,
+                "one_buffer_ms": lambda: COMM.Allreduce(MPI.IN_PLACE, whole, op=MPI.SUM)}
+    times = {k: [] for k in variants}
     CPU.update(cpu=time.process_time(), wall=time.perf_counter())
     for i in range(ARGS.steps + 2):
-        COMM.Barrier()
-        t0 = time.perf_counter()
-        COMM.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    return times
+        for k, fn in variants.items():
+            COMM.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            if i >= 2:
+                times[k].append(time.perf_counter() - t0)
+    for k in variants:
+        if k != "chunked":
+            EXTRA[k] = 1000 * COMM.allreduce(float(np.median(times[k])), op=MPI.MAX)
+    return times["chunked"]
 
 
 def run():
@@ -237,7 +260,7 @@ def main():
     result["cores_used_max"] = COMM.allreduce(cores, op=MPI.MAX)  # busiest rank: CPU s / wall s while timed
     result["cores_used_min"] = COMM.allreduce(cores, op=MPI.MIN)
     result.update(step_ms=1000 * step, samples_per_sec=ARGS.batch_size * COMM.size / step,
-                  per_rank_samples_per_sec=ARGS.batch_size / step)
+                  per_rank_samples_per_sec=ARGS.batch_size / step, **EXTRA)
     if COMM.rank == 0:
         print(json.dumps(result))
         write_json(ARGS.out, result)
