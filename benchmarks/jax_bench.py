@@ -11,7 +11,7 @@ XLA does to the computation alone). Compiled and uncompiled jobs alternate, thei
     PYTHONPATH=. .venv/bin/python benchmarks/jax_bench.py --report-only       # tables and plot from the JSON
 
 Writes benchmarks/results/jax_bench.json (every run), docs/jax_allreduce.png, and the tables into
-docs/benchmarks.md between `<!-- jax-bench -->` and `<!-- /jax-bench -->` (--no-doc: not)."""
+docs/benchmarks-frameworks.md between `<!-- jax-bench -->` and `<!-- /jax-bench -->` (--no-doc: not)."""
 import argparse
 import datetime
 import json
@@ -28,7 +28,7 @@ from run_all import job  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "jax_bench.json")
 PLOT = os.path.join(ROOT, "docs", "jax_allreduce.png")
-DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+DOC = os.path.join(ROOT, "docs", "benchmarks-frameworks.md")
 MARK, END = "<!-- jax-bench -->", "<!-- /jax-bench -->"
 ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
 TRAIN = [("tape", "tfring"), ("fit", "tfring"), ("tape", "none")]

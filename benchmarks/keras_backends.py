@@ -7,7 +7,7 @@ Each run launches benchmarks/keras_backends_job.py once per (backend, impl, np),
 on this noisy 2-core machine hits every case alike. Writes benchmarks/results/keras_backends.json (every job of
 every run; --merge keeps the runs already there, so runs done one after another summarise together), prints the
 markdown table (medians and ranges), draws docs/keras_backends.png (if matplotlib imports) and puts the table into
-docs/benchmarks.md between `<!-- keras-backends -->` and `<!-- /keras-backends -->` (--no-doc: not).
+docs/benchmarks-frameworks.md between `<!-- keras-backends -->` and `<!-- /keras-backends -->` (--no-doc: not).
 
 Efficiency (as train_step.py) = samples/s at np=2 / (2 x samples/s at np=1) = np=1 step time / np=2 step time at
 the fixed per-rank batch; "of ceiling" = efficiency / the no-collective Keras fit's efficiency in the same run.
@@ -25,7 +25,7 @@ ROOT = os.path.dirname(HERE)
 JOB = os.path.join(HERE, "keras_backends_job.py")
 RESULTS = os.path.join(HERE, "results", "keras_backends.json")
 PLOT = os.path.join(ROOT, "docs", "keras_backends.png")
-DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+DOC = os.path.join(ROOT, "docs", "benchmarks-frameworks.md")
 MARK, END = "<!-- keras-backends -->", "<!-- /keras-backends -->"
 IMPLS = {"tensorflow": ("none", "tfring", "own"), "jax": ("none", "tfring", "own"),
          "torch": ("none", "tfring", "own_none", "own")}
@@ -112,8 +112,8 @@ def table(rows, meta):
     for r in rows:
         label = OWN[r["backend"]] if r["impl"] == "own" else LABEL.get(r["impl"])
         if r["impl"] == "serial":  # the bound row
-            lines.append("| %s | (bound) ceiling's step + raw MPI in-place allreduce of each gradient (%.0f ms), serial | "
-                         "| | | | %.2f | |" % (r["backend"], r["mpi_ms"], r["of_ceiling"]))
+            lines.append("| %s | (bound) ceiling's step + raw MPI in-place allreduce of each gradient (%.0f ms), "
+                         "serial | | | | | %.2f | |" % (r["backend"], r["mpi_ms"], r["of_ceiling"]))
             continue
         if "error" in r:
             lines.append("| %s | %s | fails: `%s` | | | | | |" % (r["backend"], label, r["error"].replace("|", "/")))

@@ -5,7 +5,7 @@
 Each run launches benchmarks/torch_job.py under tfringrun at np=2 (collectives 4 KiB - 64 MiB and a training
 step) and at np=1 (the training step's baseline), one job after another, so drift on this noisy 2-core machine
 hits every library alike. Writes benchmarks/results/torch_bench.json (every run), prints markdown tables (medians,
-ranges), draws docs/torch_allreduce.png (if matplotlib imports) and puts the tables into docs/benchmarks.md
+ranges), draws docs/torch_allreduce.png (if matplotlib imports) and puts the tables into docs/benchmarks-frameworks.md
 between the lines `<!-- torch-bench -->` and `<!-- /torch-bench -->` (--no-doc: not)."""
 import argparse
 import json
@@ -24,7 +24,7 @@ from conftest import rank_env  # noqa: E402  - the tests' rank environment (one 
 JOB = os.path.join(HERE, "torch_job.py")
 RESULTS = os.path.join(HERE, "results", "torch_bench.json")
 PLOT = os.path.join(ROOT, "docs", "torch_allreduce.png")
-DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+DOC = os.path.join(ROOT, "docs", "benchmarks-frameworks.md")
 MARK, END = "<!-- torch-bench -->", "<!-- /torch-bench -->"
 
 
