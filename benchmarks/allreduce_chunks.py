@@ -2,6 +2,8 @@
 processes: raw in place / out of place in one call and in chunks, tfring's TF eager op (out of place: the caller
 holds its input) and torch's allreduce_ (in place, as forwarded gradients are), each chunk setting in its own
 hvd.init(). Minor page faults per call show the cause (Open MPI maps a fresh temporary for a large call).
+Also reducescatter: raw MPI_Reduce_scatter_block vs tfring's (a ring over point-to-point calls from 256 KiB,
+ring.cc), TF eager and torch, at the default settings.
 
     tfringrun -np 2 python benchmarks/allreduce_chunks.py --out benchmarks/results/allreduce_chunks.json
 """
@@ -59,6 +61,15 @@ def main():
             row[f"tfring TF eager, {name}"] = measure(lambda: hvd.allreduce(x, op=hvd.Sum, name="chunks"), args.iters)
             row[f"tfring torch allreduce_, {name}"] = measure(
                 lambda: thvd.allreduce_(t, op=thvd.Sum, name="chunks_t"), args.iters)
+            if chunk == 16:  # the default
+                out = np.empty(a.size // COMM.size, np.float32)
+                rs = a[:out.size * COMM.size]
+                row["raw reducescatter"] = measure(lambda: COMM.Reduce_scatter_block(rs, out, op=MPI.SUM), args.iters)
+                xs, ts = tf.constant(rs.reshape(COMM.size, -1)), torch.ones(COMM.size, out.size)
+                row["tfring TF reducescatter"] = measure(lambda: hvd.reducescatter(xs, op=hvd.Sum, name="rs"),
+                                                         args.iters)
+                row["tfring torch reducescatter"] = measure(lambda: thvd.reducescatter(ts, op=thvd.Sum, name="rs_t"),
+                                                            args.iters)
             hvd.shutdown()
         rows.append(row)
         if COMM.rank == 0:

@@ -1,6 +1,7 @@
 """Allreduce in chunks (TFRING_ALLREDUCE_CHUNK_BYTES): exact results for every dtype, op and scale across chunk
 boundaries, directly and through the fusion buffer, with rank 0's chunk size applied on every rank. Only rank 0
-asks for chunks of 4000 bytes here: a rank that made one MPI call where rank 0 makes several would fail or hang."""
+asks for chunks of 4000 bytes here: a rank that made one MPI call where rank 0 makes several would fail or hang.
+The ring reduce-scatter (from 256 KiB) sends its blocks in pieces of the same size: uneven blocks, many pieces."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -55,3 +56,15 @@ def test_in_place_gradients_in_a_function():
         return hvd.allreduce(v * 2.0, op=hvd.Average, name="chunks_in_place")
     out = step(tf.fill([2500], float(R)))
     np.testing.assert_allclose(out.numpy(), np.full(2500, float(N - 1)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Average", "Min"])
+def test_ring_reducescatter_in_pieces(op):
+    dim0, cols = 2 * N + 1, 13001  # 0.5-0.8 MB: the ring; blocks of 2 or 3 rows differ by 13001 elements
+    x = tf.cast(values(dim0 * cols, R, tf.float32), tf.float32) + tf.range(dim0 * cols, dtype=tf.float32) % 5
+    out = hvd.reducescatter(tf.reshape(x, [dim0, cols]), op=getattr(hvd, op), name="chunks_rs_" + op)
+    every = np.stack([values(dim0 * cols, r, tf.float64).numpy() + np.arange(dim0 * cols) % 5 for r in range(N)])
+    full = {"Sum": every.sum(0), "Average": every.sum(0) / N, "Min": every.min(0)}[op].reshape(dim0, cols)
+    rows = [dim0 // N + (1 if r < dim0 % N else 0) for r in range(N)]
+    start = sum(rows[:R])
+    np.testing.assert_allclose(out.numpy(), full[start:start + rows[R]], rtol=1e-6)

@@ -134,10 +134,11 @@ def test_alltoall_default_even_splits():
 
 @pytest.mark.parametrize("dtype", [tf.int32, tf.float16, tf.float32, tf.float64], ids=lambda d: d.name)
 @pytest.mark.parametrize("op", [hvd.Sum, hvd.Average, hvd.Max])
-def test_reducescatter_uneven(dtype, op):
+@pytest.mark.parametrize("cols", [2, 40000], ids=["mpi", "ring"])  # from 256 KiB the core's ring (ring.cc) runs
+def test_reducescatter_uneven(dtype, op, cols):
     dim0 = 2 * N + 1  # the first dim0 % N ranks get one extra row
-    out = hvd.reducescatter(tensor(R, (dim0, 2), dtype), op=op)
-    full = expected_reduce(op, (dim0, 2), dtype)
+    out = hvd.reducescatter(tensor(R, (dim0, cols), dtype), op=op)
+    full = expected_reduce(op, (dim0, cols), dtype)
     counts = [dim0 // N + (1 if r < dim0 % N else 0) for r in range(N)]
     start = sum(counts[:R])
     np.testing.assert_allclose(as_np(out), full[start:start + counts[R]], rtol=tolerance(dtype))

@@ -25,6 +25,14 @@ Status HierarchicalAllreduce(MpiContext& ctx, const Response& r, const char* in,
 Status HierarchicalAllgatherv(MpiContext& ctx, const Response& r, const void* in, const std::vector<int>& rows,
                               MPI_Datatype row, int64_t row_bytes, char* out);
 
+// ring.cc, from kRingBytes up (below, Open MPI's own calls are as fast): reduce-scatter in place over comm (block i,
+// counts[i] elements at displs[i], ends reduced at rank i of comm; the other blocks are left with partial sums),
+// and allreduce in place of n elements (that reduce-scatter, then a ring allgather).
+constexpr int64_t kRingBytes = 256 << 10;
+Status RingReduceScatter(MpiContext& ctx, const Response& r, char* buf, const std::vector<int64_t>& counts,
+                         const std::vector<int64_t>& displs, MPI_Comm comm);
+Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_Comm comm);
+
 // A contiguous datatype of `row_bytes` so counts stay in rows (large tensors keep int counts small).
 class RowType {
  public:

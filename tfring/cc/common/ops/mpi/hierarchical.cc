@@ -5,8 +5,8 @@
 // - hosts with equal rank counts: reduce-scatter within the host, allreduce of each shard across hosts among the
 //   ranks with the same local rank (every host's link carries its shard in parallel), allgather within the host;
 // - uneven hosts (e.g. 3+1 ranks): reduce to the host's first rank, allreduce among those, broadcast in the host.
-// The cross-host allreduce of a large buffer is a ring (RingAllreduce), which keeps both directions of every
-// host's link busy.
+// From kRingBytes the reduce-scatter within the host and the cross-host allreduce are rings (ring.cc): faster than
+// Open MPI's over shared memory, and across hosts they keep both directions of every link busy.
 // Allgather: gather to the host's first rank, allgather of whole host blocks among those, broadcast in the host;
 // blocks arrive host by host, so rows are put back in rank order when hosts do not hold consecutive ranks.
 #include <cstring>
@@ -18,43 +18,11 @@
 namespace tfring {
 namespace {
 
-// From this many bytes the cross-host step is a ring. Measured on 2 emulated hosts (docs/scaling.md): Open MPI's
-// allreduce between 2 ranks sent the whole buffer one way and then back (a reduce, then a broadcast), leaving
-// each direction of the link idle half the time; a ring keeps both directions busy.
-constexpr int64_t kRingBytes = 256 << 10;
-
 // n elements split over p parts as evenly as possible (layout.h), as MPI's int counts and displacements.
 void SplitEvenly(int n, int p, std::vector<int>* counts, std::vector<int>* displs) {
   const std::vector<int64_t> c = EvenRowCounts(n, p), d = Offsets(c);
   counts->assign(c.begin(), c.end());
   displs->assign(d.begin(), d.end());
-}
-
-// Ring allreduce of n elements in place over comm: reduce-scatter, then allgather, 2 (P-1) steps of n/P elements,
-// each sending to the next rank while receiving from the previous one. Every chunk is reduced in one order and
-// then copied, so every rank ends with the same bits.
-Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_Comm comm) {
-  int p = 1, me = 0;
-  TFR_CHECK_MPI(MPI_Comm_size(comm, &p));
-  TFR_CHECK_MPI(MPI_Comm_rank(comm, &me));
-  const int64_t esize = DataTypeSize(r.dtype);
-  const MPI_Datatype type = ctx.Type(r.dtype);
-  const MPI_Op op = ctx.Op(r.reduce_op, r.dtype);
-  std::vector<int> counts, displs;
-  SplitEvenly(n, p, &counts, &displs);
-  if (static_cast<int64_t>(ctx.scratch.size()) < counts[0] * esize) ctx.scratch.resize(counts[0] * esize);
-  const int next = (me + 1) % p, prev = (me + p - 1) % p;
-  auto chunk = [&](int i) { return buf + static_cast<int64_t>(displs[(i % p + p) % p]) * esize; };
-  auto count = [&](int i) { return counts[(i % p + p) % p]; };
-  for (int s = 0; s < p - 1; ++s) {
-    TFR_CHECK_MPI(MPI_Sendrecv(chunk(me - s), count(me - s), type, next, 0, ctx.scratch.data(), count(me - s - 1), type,
-                               prev, 0, comm, MPI_STATUS_IGNORE));
-    TFR_CHECK_MPI(MPI_Reduce_local(ctx.scratch.data(), chunk(me - s - 1), count(me - s - 1), type, op));
-  }
-  for (int s = 0; s < p - 1; ++s)  // this rank holds the reduced chunk me + 1; pass the reduced chunks round
-    TFR_CHECK_MPI(MPI_Sendrecv(chunk(me + 1 - s), count(me + 1 - s), type, next, 1, chunk(me - s), count(me - s), type,
-                               prev, 1, comm, MPI_STATUS_IGNORE));
-  return Status::OK();
 }
 
 Status CrossAllreduce(MpiContext& ctx, const Response& r, char* buf, int n) {
@@ -73,9 +41,13 @@ Status ReduceScatterShards(MpiContext& ctx, const Response& r, char* buf, int n)
   SplitEvenly(n, ctx.local_size, &counts, &displs);
   char* mine = buf + static_cast<int64_t>(displs[ctx.local_rank]) * esize;
   const int64_t mine_bytes = static_cast<int64_t>(counts[ctx.local_rank]) * esize;
-  // In place, MPI leaves this rank's reduced shard at the start of the buffer; move it to its place.
-  TFR_CHECK_MPI(MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts.data(), type, op, ctx.local_comm));
-  if (mine != buf && mine_bytes > 0) std::memmove(mine, buf, mine_bytes);
+  if (n * esize >= kRingBytes) {  // the ring leaves this rank's shard reduced in its place
+    const std::vector<int64_t> c(counts.begin(), counts.end()), d(displs.begin(), displs.end());
+    TFR_RETURN_IF_ERROR(RingReduceScatter(ctx, r, buf, c, d, ctx.local_comm));
+  } else {  // in place, MPI leaves this rank's reduced shard at the start of the buffer; move it to its place
+    TFR_CHECK_MPI(MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts.data(), type, op, ctx.local_comm));
+    if (mine != buf && mine_bytes > 0) std::memmove(mine, buf, mine_bytes);
+  }
   if (counts[ctx.local_rank] > 0) TFR_RETURN_IF_ERROR(CrossAllreduce(ctx, r, mine, counts[ctx.local_rank]));
   TFR_CHECK_MPI(
       MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), type, ctx.local_comm));

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <vector>
 
 #include "../layout.h"
@@ -23,8 +24,15 @@ Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entri
   if (static_cast<int64_t>(ctx.fusion_buffer.size()) < total * esize) ctx.fusion_buffer.resize(total * esize);
   std::copy_n(static_cast<char*>(e->input->data()), total * esize, ctx.fusion_buffer.data());
   ScaleBuffer(ctx.fusion_buffer.data(), total, r.dtype, r.prescale);
-  TFR_CHECK_MPI(MPI_Reduce_scatter(ctx.fusion_buffer.data(), e->output->data(), counts.data(), ctx.Type(r.dtype),
-                                   ctx.Op(r.reduce_op, r.dtype), ctx.comm));
+  if (total * esize >= kRingBytes && n > 1) {  // ring.cc: Open MPI's reduce-scatter is 4-6x slower here
+    const std::vector<int64_t> elems(counts.begin(), counts.end()), displs = Offsets(elems);
+    TFR_RETURN_IF_ERROR(RingReduceScatter(ctx, r, ctx.fusion_buffer.data(), elems, displs, ctx.comm));
+    std::copy_n(ctx.fusion_buffer.data() + displs[ctx.rank] * esize, elems[ctx.rank] * esize,
+                static_cast<char*>(e->output->data()));
+  } else {
+    TFR_CHECK_MPI(MPI_Reduce_scatter(ctx.fusion_buffer.data(), e->output->data(), counts.data(), ctx.Type(r.dtype),
+                                     ctx.Op(r.reduce_op, r.dtype), ctx.comm));
+  }
   FinishReduction(e->output->data(), counts[ctx.rank], r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? n : 1);
   return Status::OK();
 }
