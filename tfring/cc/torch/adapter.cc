@@ -1,5 +1,7 @@
 #include "adapter.h"
 
+#include "output_cache.h"
+
 #include <stdexcept>
 
 namespace tfring {
@@ -78,7 +80,7 @@ Status TorchOpContext::AllocateOutput(int index, const Shape& shape, std::shared
     return Status::Unknown("tfring: output index " + std::to_string(index) + " out of range");
   at::Tensor t;
   try {
-    t = at::empty(at::IntArrayRef(shape), state_->out_options[index]);
+    t = EmptyOutput(at::IntArrayRef(shape), state_->out_options[index]);
   } catch (const std::exception& e) {  // out of memory: no exception may cross the background thread
     return Status::Unknown(std::string("tfring: could not allocate an output of shape ") + ShapeString(shape) + ": " +
                            e.what());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "adapter.h"
+#include "output_cache.h"
 
 namespace py = pybind11;
 
@@ -349,5 +350,8 @@ PYBIND11_MODULE(_tfring_torch, m) {
   m.def("wait", &Wait, py::arg("handle"));
   m.def("release", [](int handle) { g_handles.Release(handle); }, py::arg("handle"));
   m.def("reset", &Reset);
+  m.def(
+      "empty_like", [](const at::Tensor& like) { return EmptyOutput(like.sizes(), like.options()); }, py::arg("like"),
+      "An uninitialized contiguous tensor like `like`, warm from the output cache when large");
   m.def("set_workers_failed_error", &SetWorkersFailedError, py::arg("type"));
 }

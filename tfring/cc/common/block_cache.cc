@@ -1,17 +1,16 @@
-#include "output_cache.h"
+#include "block_cache.h"
 
 #include <sys/mman.h>
 
 #include <cstdlib>
 
-#include "../common/env.h"
+#include "env.h"
 
 namespace tfring {
-namespace tf {
 
-OutputCache* OutputCache::Get() {
-  static OutputCache* cache = [] {
-    return new OutputCache(static_cast<size_t>(Settings::FromEnvironment().output_cache_bytes));
+BlockCache* BlockCache::Get() {
+  static BlockCache* cache = [] {
+    return new BlockCache(static_cast<size_t>(Settings::FromEnvironment().output_cache_bytes));
   }();
   return cache;
 }
@@ -22,8 +21,8 @@ constexpr size_t kHugePage = 2 << 20;
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-void* OutputCache::AllocateRaw(size_t alignment, size_t num_bytes) {
-  // Blocks are whole pages (>= 64-byte aligned, TF's requirement); a cached block serves a request of up to
+void* BlockCache::Allocate(size_t alignment, size_t num_bytes) {
+  // Blocks are whole pages (>= 64-byte aligned, what TF and torch require); a cached block serves a request of up to
   // 1/8 less than its size, so shapes that differ slightly still reuse each other's memory.
   const size_t size = RoundUp(num_bytes == 0 ? 1 : num_bytes, kPage);
   {
@@ -52,7 +51,7 @@ void* OutputCache::AllocateRaw(size_t alignment, size_t num_bytes) {
   return block;
 }
 
-void OutputCache::DeallocateRaw(void* ptr) {
+void BlockCache::Release(void* ptr) {
   if (ptr == nullptr) return;
   size_t size = 0;
   {
@@ -73,7 +72,7 @@ void OutputCache::DeallocateRaw(void* ptr) {
   std::free(ptr);
 }
 
-void OutputCache::EvictLocked(size_t need) {
+void BlockCache::EvictLocked(size_t need) {
   while (!idle_.empty() && stats_.idle_bytes + need > capacity_) {
     auto [size, block] = idle_.front();
     auto range = by_size_.equal_range(size);
@@ -89,10 +88,9 @@ void OutputCache::EvictLocked(size_t need) {
   }
 }
 
-OutputCache::Stats OutputCache::stats() {
+BlockCache::Stats BlockCache::stats() {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }
 
-}  // namespace tf
 }  // namespace tfring
