@@ -24,6 +24,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from doc_block import replace_block  # noqa: E402
 from run_all import job  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "jax_bench.json")
@@ -172,15 +173,7 @@ def plot(data):
 
 
 def write_doc(lines):
-    with open(DOC) as f:
-        text = f.read()
-    block = "\n".join(lines)
-    if MARK in text:
-        text = text[:text.index(MARK)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with open(DOC, "w") as f:
-        f.write(text)
+    replace_block(DOC, lines)
 
 
 def main():

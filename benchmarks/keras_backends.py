@@ -23,6 +23,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 JOB = os.path.join(HERE, "keras_backends_job.py")
+sys.path.insert(0, HERE)
+from doc_block import replace_block  # noqa: E402
 RESULTS = os.path.join(HERE, "results", "keras_backends.json")
 PLOT = os.path.join(ROOT, "docs", "keras_backends.png")
 DOC = os.path.join(ROOT, "docs", "benchmarks-frameworks.md")
@@ -240,15 +242,7 @@ def main():
     print("\n".join(md))
     plot(rows, PLOT)
     if not args.no_doc:
-        with open(DOC) as f:
-            doc = f.read()
-        block = "\n".join(md)
-        if MARK in doc and END in doc:
-            doc = doc[:doc.index(MARK)] + block + doc[doc.index(END) + len(END):]
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + block + "\n"
-        with open(DOC, "w") as f:
-            f.write(doc)
+        replace_block(DOC, md)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@ collective after backprop. Overlap pays where the collective runs beside the com
 stream) or with a spare core per rank for the background thread and MPI's progress. With one core per rank the
 reduction of early gradients competes with the rest of backprop for that core: measured on the dense-25M Keras
 step (np=2, two cores, TF): per gradient 187-194 ms, grouped 155-158 ms, against 149 ms for the no-collective step
-plus raw MPI's allreduce of the same bytes (docs/benchmarks.md). torch's DistributedOptimizer overlaps whatever
-the cores (its per-parameter allreduces were measured within 4-7 % of a step with no collective at one core per
-rank, grouped 33 % slower: benchmarks/torch_overlap.py), so only the TF binding asks.
+plus raw MPI's allreduce of the same bytes (docs/benchmarks.md). torch's DistributedOptimizer keeps Horovod's
+per-parameter overlap whatever the cores: with glibc's default malloc it was the faster one at one core per rank
+(113-116 ms vs 144-149 grouped), though with page faults kept out of the step grouped wins there too (100 vs 110 ms;
+docs/benchmarks-frameworks.md), so only the TF binding asks for now.
 
 TFRING_OVERLAP_GRADIENTS: 1 per gradient, 0 grouped, auto (the default) per gradient with a GPU build (NCCL: the
 gradients of a GPU job reduce on their own stream) or where every host gives its ranks at least 2 logical CPUs
