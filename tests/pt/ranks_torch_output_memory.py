@@ -45,6 +45,18 @@ def test_repeated_large_allreduce_does_not_fault_in_fresh_pages():
     assert per_call < 256, "%.0f minor page faults per 16 MiB allreduce (4096 pages)" % per_call
 
 
+def test_freed_output_blocks_are_handed_out_again():
+    # The core's background thread drops its reference to an output just after the caller gets it, so a call may
+    # find the previous call's block still live: the cache then alternates between two blocks, never a new one.
+    x = torch.ones(3 << 18)  # 3 MiB: a size no other test uses
+    ptrs = set()
+    for _ in range(8):
+        out = hvd.allreduce(x, op=hvd.Sum, name="pt_reuse_ptr")
+        ptrs.add(out.data_ptr())
+        del out
+    assert len(ptrs) <= 2, ptrs
+
+
 def test_cached_outputs_are_ordinary_tensors():
     out = hvd.allreduce(torch.ones(1 << 18), op=hvd.Sum, name="pt_resize")
     out.resize_(1 << 20)  # grows through the same allocator
@@ -53,3 +65,5 @@ def test_cached_outputs_are_ordinary_tensors():
     out.resize_(10)
     assert torch.equal(out, torch.full((10,), float(N)))
     assert torch.equal(out.clone() * 2, torch.full((10,), 2.0 * N))
+    out.untyped_storage().resize_(40)  # reallocated small: torch's own allocator through the cache's
+    assert torch.equal(out, torch.full((10,), float(N)))

@@ -42,7 +42,7 @@ def test_scaled_average_divides_each_element_once():
 
 
 def test_fusion_buffer_larger_than_a_chunk():
-    # Tensors under 1 MiB go through the fusion buffer (8 MiB by default): 7 of them make 13.6 chunks.
+    # Tensors under 1 MiB go through the fusion buffer (8 MiB by default): 7 of them make 5.5 chunks.
     xs = [tf.fill([777 + i], float(R + i)) for i in range(7)]
     outs = hvd.grouped_allreduce(xs, op=hvd.Average, name="chunks_fused")
     for i, out in enumerate(outs):
@@ -60,7 +60,8 @@ def test_in_place_gradients_in_a_function():
 
 @pytest.mark.parametrize("op", ["Sum", "Average", "Min"])
 def test_ring_reducescatter_in_pieces(op):
-    dim0, cols = 2 * N + 1, 13001  # 0.5-0.8 MB: the ring; blocks of 2 or 3 rows differ by 13001 elements
+    dim0, cols = 2 * N + 1, 20011  # blocks of 2 or 3 rows (uneven by 20011 elements), many 4000-byte pieces
+    assert dim0 * cols * 4 >= 256 << 10  # the ring's threshold (ring.cc): smaller inputs take MPI's own call
     x = tf.cast(values(dim0 * cols, R, tf.float32), tf.float32) + tf.range(dim0 * cols, dtype=tf.float32) % 5
     out = hvd.reducescatter(tf.reshape(x, [dim0, cols]), op=getattr(hvd, op), name="chunks_rs_" + op)
     every = np.stack([values(dim0 * cols, r, tf.float64).numpy() + np.arange(dim0 * cols) % 5 for r in range(N)])

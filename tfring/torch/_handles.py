@@ -137,7 +137,11 @@ def _inplace(fn, tensors):
 
 def _empty_like(tensor):
     """A new contiguous output for an out-of-place collective; large CPU ones reuse freed outputs' memory (the
-    core's output cache, TFRING_OUTPUT_CACHE_BYTES) instead of fresh pages that fault on first touch."""
+    core's output cache, TFRING_OUTPUT_CACHE_BYTES) instead of fresh pages that fault on first touch. Tensor
+    subclasses, other devices and active dispatch modes (fake tensors, tracing) get torch.empty: the cache's
+    allocation bypasses torch's dispatcher."""
+    if type(tensor) is not torch.Tensor or tensor.device.type != "cpu" or torch._C._len_torch_dispatch_stack():
+        return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     return _C.empty_like(tensor)
 
 

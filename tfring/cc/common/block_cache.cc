@@ -1,8 +1,10 @@
 #include "block_cache.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "env.h"
 
@@ -10,7 +12,11 @@ namespace tfring {
 
 BlockCache* BlockCache::Get() {
   static BlockCache* cache = [] {
-    return new BlockCache(static_cast<size_t>(Settings::FromEnvironment().output_cache_bytes));
+    auto* c = new BlockCache(static_cast<size_t>(Settings::FromEnvironment().output_cache_bytes));
+    // fork() (a torch DataLoader's workers) while another thread holds the lock would leave the child's copy
+    // locked forever: hold it across the fork, release it on both sides.
+    pthread_atfork([] { Get()->mu_.lock(); }, [] { Get()->mu_.unlock(); }, [] { Get()->mu_.unlock(); });
+    return c;
   }();
   return cache;
 }
@@ -53,26 +59,27 @@ void* BlockCache::Allocate(size_t alignment, size_t num_bytes) {
 
 void BlockCache::Release(void* ptr) {
   if (ptr == nullptr) return;
-  size_t size = 0;
+  std::vector<void*> evicted;  // freed after the lock: unmapping takes time
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(ptr);
     if (it == live_.end()) return;  // not ours: never happens, but never free what we did not allocate
-    size = it->second;
+    const size_t size = it->second;
     live_.erase(it);
     stats_.live_bytes -= size;
     if (size <= capacity_) {
-      EvictLocked(size);
+      EvictLocked(size, &evicted);
       idle_.emplace_back(size, ptr);
       by_size_.emplace(size, std::prev(idle_.end()));
       stats_.idle_bytes += size;
-      return;
+      ptr = nullptr;
     }
   }
+  for (void* block : evicted) std::free(block);
   std::free(ptr);
 }
 
-void BlockCache::EvictLocked(size_t need) {
+void BlockCache::EvictLocked(size_t need, std::vector<void*>* evicted) {
   while (!idle_.empty() && stats_.idle_bytes + need > capacity_) {
     auto [size, block] = idle_.front();
     auto range = by_size_.equal_range(size);
@@ -84,7 +91,7 @@ void BlockCache::EvictLocked(size_t need) {
     idle_.pop_front();
     stats_.idle_bytes -= size;
     stats_.evictions++;
-    std::free(block);
+    evicted->push_back(block);
   }
 }
 

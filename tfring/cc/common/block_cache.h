@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace tfring {
 
@@ -38,7 +39,7 @@ class BlockCache {
  private:
   using IdleList = std::list<std::pair<size_t, void*>>;  // (block size, block), oldest first
 
-  void EvictLocked(size_t need);
+  void EvictLocked(size_t need, std::vector<void*>* evicted);  // oldest idle blocks until `need` fits
 
   const size_t capacity_;
   std::mutex mu_;

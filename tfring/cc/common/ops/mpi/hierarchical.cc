@@ -27,7 +27,8 @@ void SplitEvenly(int n, int p, std::vector<int>* counts, std::vector<int>* displ
 
 Status CrossAllreduce(MpiContext& ctx, const Response& r, char* buf, int n) {
   const MPI_Datatype type = ctx.Type(r.dtype);
-  if (n * DataTypeSize(r.dtype) >= kRingBytes) return RingAllreduce(ctx, r, buf, n, ctx.cross_comm);
+  if (static_cast<int64_t>(n) * DataTypeSize(r.dtype) >= kRingBytes)
+    return RingAllreduce(ctx, r, buf, n, ctx.cross_comm);
   TFR_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, n, type, ctx.Op(r.reduce_op, r.dtype), ctx.cross_comm));
   return Status::OK();
 }
@@ -41,7 +42,7 @@ Status ReduceScatterShards(MpiContext& ctx, const Response& r, char* buf, int n)
   SplitEvenly(n, ctx.local_size, &counts, &displs);
   char* mine = buf + static_cast<int64_t>(displs[ctx.local_rank]) * esize;
   const int64_t mine_bytes = static_cast<int64_t>(counts[ctx.local_rank]) * esize;
-  if (n * esize >= kRingBytes) {  // the ring leaves this rank's shard reduced in its place
+  if (static_cast<int64_t>(n) * esize >= kRingBytes) {  // the ring leaves this rank's shard reduced in its place
     const std::vector<int64_t> c(counts.begin(), counts.end()), d(displs.begin(), displs.end());
     TFR_RETURN_IF_ERROR(RingReduceScatter(ctx, r, buf, c, d, ctx.local_comm));
   } else {  // in place, MPI leaves this rank's reduced shard at the start of the buffer; move it to its place
