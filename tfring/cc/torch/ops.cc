@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/block_cache.h"
 #include "adapter.h"
 #include "output_cache.h"
 
@@ -353,5 +354,18 @@ PYBIND11_MODULE(_tfring_torch, m) {
   m.def(
       "empty_like", [](const at::Tensor& like) { return EmptyOutput(like.sizes(), like.options()); }, py::arg("like"),
       "An uninitialized contiguous tensor like `like`, warm from the output cache when large");
+  m.def(
+      "output_cache_stats",
+      [] {
+        const auto st = tfring::BlockCache::Get()->stats();
+        py::dict d;
+        d["hits"] = st.hits;
+        d["misses"] = st.misses;
+        d["evictions"] = st.evictions;
+        d["idle_bytes"] = st.idle_bytes;
+        d["live_bytes"] = st.live_bytes;
+        return d;
+      },
+      "The process-wide output cache's counters (shared with TensorFlow)");
   m.def("set_workers_failed_error", &SetWorkersFailedError, py::arg("type"));
 }

@@ -13,14 +13,10 @@ namespace {
 // and writes the other): the fusion copies would cost more than the extra MPI call saves.
 constexpr int64_t kDirectBytes = 1 << 20;
 
-// Elements per MPI call: MPI counts are int (max_count), and one call over a large buffer is slow on a CPU.
-// Open MPI's allreduce allocates a temporary as large as (a share of) its buffer; from glibc's mmap threshold
+// Reductions go in calls of ctx.ChunkElements: MPI counts are int, and one call over a large buffer is slow on a
+// CPU. Open MPI's allreduce allocates a temporary as large as (a share of) its buffer; from glibc's mmap threshold
 // (32 MiB at most) up that memory is mapped fresh and page-faulted on every call: 100 MB at np=2 takes 12,800 minor
 // faults and 40 ms in one call, 17 ms in 8 MiB calls (benchmarks/allreduce_chunks.py). chunk_bytes is rank 0's.
-int64_t ChunkCount(const MpiContext& ctx, int64_t esize) {
-  const int64_t by_bytes = ctx.chunk_bytes > 0 ? std::max<int64_t>(1, ctx.chunk_bytes / esize) : ctx.max_count;
-  return std::min(ctx.max_count, by_bytes);
-}
 
 // Average divides by the whole set, joined ranks (whose zeros were summed) included, as Horovod does.
 void Finish(MpiContext& ctx, const Response& r, void* buf, int64_t count) {
@@ -32,7 +28,7 @@ void Finish(MpiContext& ctx, const Response& r, void* buf, int64_t count) {
 Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int64_t total) {
   const bool hierarchical = UseHierarchical(ctx, ctx.hierarchical_allreduce);
   TimelineActivity mpi(ctx.timeline, r.names, hierarchical ? "MPI_HIERARCHICAL_ALLREDUCE" : "MPI_ALLREDUCE");
-  const int64_t esize = DataTypeSize(r.dtype), chunk = ChunkCount(ctx, esize);
+  const int64_t esize = DataTypeSize(r.dtype), chunk = ctx.ChunkElements(esize);
   for (int64_t off = 0; off < total; off += chunk) {
     const int n = static_cast<int>(std::min(chunk, total - off));
     char* dst = out + off * esize;

@@ -14,6 +14,7 @@
 #endif
 #endif
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,12 @@ struct MpiContext {
   // Per MPI call, rank 0's values (agreed at Init: they decide how many calls every rank makes).
   int64_t max_count = 2147483647;  // elements (TFRING_MPI_MAX_COUNT)
   int64_t chunk_bytes = 0;         // allreduce bytes, 0: max_count only (TFRING_ALLREDUCE_CHUNK_BYTES)
+  // Elements of `esize` bytes per MPI call of a large reduction (allreduce chunks, ring pieces): chunk_bytes'
+  // worth, at least 1, at most max_count (MPI counts are int).
+  int64_t ChunkElements(int64_t esize) const {
+    const int64_t by_bytes = chunk_bytes > 0 ? std::max<int64_t>(1, chunk_bytes / esize) : max_count;
+    return std::min(max_count, by_bytes);
+  }
 
   // comm_f: a Fortran handle from mpi4py's comm.py2f(), or -1 for MPI_COMM_WORLD.
   Status Init(int64_t comm_f);

@@ -28,8 +28,7 @@ Status RingReduceScatter(MpiContext& ctx, const Response& r, char* buf, const st
   // Blocks travel in pieces of at most chunk_bytes (bounds the kept receive buffer, keeps the sum in cache). Every
   // rank makes the same number of calls per step, from the largest block, so the sends and receives pair up.
   const int64_t largest = *std::max_element(counts.begin(), counts.end());
-  int64_t piece = ctx.chunk_bytes > 0 ? std::max<int64_t>(1, ctx.chunk_bytes / esize) : largest;
-  piece = std::max<int64_t>(1, std::min({piece, largest, ctx.max_count}));
+  const int64_t piece = std::max<int64_t>(1, std::min(ctx.ChunkElements(esize), largest));
   const int64_t pieces = (largest + piece - 1) / piece;
   if (static_cast<int64_t>(ctx.scratch.size()) < piece * esize) ctx.scratch.resize(piece * esize);
   const int next = Mod(me + 1, p), prev = Mod(me - 1, p);
