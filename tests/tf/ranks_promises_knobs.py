@@ -144,7 +144,9 @@ def fused_groups(path):
 ])
 def test_fusion_threshold_bounds_what_shares_one_mpi_call(tmp_path, threshold, check):
     path = os.path.join(str(tmp_path), "fusion_rank%d.json" % R)
-    knobs = dict(TFRING_TIMELINE=path, TFRING_CYCLE_TIME=100)  # 100 ms: tensors that wait gather in one cycle
+    # 1 s cycles: after the late rank's first request (which may start a cycle alone), its others wait for the
+    # next cycle one cycle time later. 100 ms let a loaded machine spread 6 submissions over 3 cycles ([2, 2, 2]).
+    knobs = dict(TFRING_TIMELINE=path, TFRING_CYCLE_TIME=1000)
     if threshold is not None:
         knobs["TFRING_FUSION_THRESHOLD"] = threshold
     with runtime(**knobs):
