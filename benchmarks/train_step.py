@@ -24,6 +24,8 @@ parser.add_argument("--mode", choices=("tape", "fit"), default="tape")
 parser.add_argument("--batch-size", type=int, default=64, help="per rank")
 parser.add_argument("--steps", type=int, default=30)
 parser.add_argument("--one-core", action="store_true")
+parser.add_argument("--op", choices=("average", "sum"), default="average",
+                    help="the tape's reduction (sum: what Average's division costs in the step)")
 parser.add_argument("--jit-compile", action="store_true",
                     help="compile the step with XLA (tf.function(jit_compile=True) / compile(jit_compile=True))")
 parser.add_argument("--out")
@@ -104,7 +106,7 @@ def run_tape():
             if ARGS.impl == "mwms":
                 loss = loss / COMM.size  # Keras' optimizer sums the gradients over MWMS replicas
         if ARGS.impl not in ("mwms", "none"):
-            tape = hvd.DistributedGradientTape(tape)
+            tape = hvd.DistributedGradientTape(tape, op=hvd.Sum if ARGS.op == "sum" else hvd.Average)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss

@@ -18,9 +18,11 @@ constexpr int64_t kDirectBytes = 1 << 20;
 // (32 MiB at most) up that memory is mapped fresh and page-faulted on every call: 100 MB at np=2 takes 12,800 minor
 // faults and 40 ms in one call, 17 ms in 8 MiB calls (benchmarks/allreduce_chunks.py). chunk_bytes is rank 0's.
 
-// Average divides by the whole set, joined ranks (whose zeros were summed) included, as Horovod does.
-void Finish(MpiContext& ctx, const Response& r, void* buf, int64_t count) {
-  FinishReduction(buf, count, r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? ctx.size : 1);
+// Average divides by the whole set, joined ranks (whose zeros were summed) included, as Horovod does; with the
+// pair-mean op the reduction has already divided.
+void Finish(MpiContext& ctx, const Response& r, void* buf, int64_t count, bool divided) {
+  const bool average = r.reduce_op == ReduceOp::AVERAGE && !divided;
+  FinishReduction(buf, count, r.dtype, r.postscale, average ? ctx.size : 1);
 }
 
 // Reduces chunk by chunk (in == out: in place), each chunk finished (postscale, Average's division) while it is
@@ -29,6 +31,8 @@ Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int
   const bool hierarchical = UseHierarchical(ctx, ctx.hierarchical_allreduce);
   TimelineActivity mpi(ctx.timeline, r.names, hierarchical ? "MPI_HIERARCHICAL_ALLREDUCE" : "MPI_ALLREDUCE");
   const int64_t esize = DataTypeSize(r.dtype), chunk = ctx.ChunkElements(esize);
+  const MPI_Op pair_mean = hierarchical ? MPI_OP_NULL : ctx.PairMeanOp(r.reduce_op, r.dtype);
+  const MPI_Op op = pair_mean != MPI_OP_NULL ? pair_mean : ctx.Op(r.reduce_op, r.dtype);
   for (int64_t off = 0; off < total; off += chunk) {
     const int n = static_cast<int>(std::min(chunk, total - off));
     char* dst = out + off * esize;
@@ -36,9 +40,9 @@ Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int
       TFR_RETURN_IF_ERROR(HierarchicalAllreduce(ctx, r, in + off * esize, dst, n));
     } else {
       const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + off * esize);
-      TFR_CHECK_MPI(MPI_Allreduce(send, dst, n, ctx.Type(r.dtype), ctx.Op(r.reduce_op, r.dtype), ctx.comm));
+      TFR_CHECK_MPI(MPI_Allreduce(send, dst, n, ctx.Type(r.dtype), op, ctx.comm));
     }
-    Finish(ctx, r, dst, n);
+    Finish(ctx, r, dst, n, pair_mean != MPI_OP_NULL);
   }
   return Status::OK();
 }

@@ -73,6 +73,9 @@ struct MpiContext {
   Status Explain(const Status& s) const;
   MPI_Datatype Type(DataType t) const;
   MPI_Op Op(ReduceOp op, DataType t) const;
+  // Average of float32/float64 over exactly two ranks (comm): an op that halves as it adds, so the result needs no
+  // division afterwards; MPI_OP_NULL where that does not apply.
+  MPI_Op PairMeanOp(ReduceOp op, DataType t) const;
 };
 
 }  // namespace tfring
