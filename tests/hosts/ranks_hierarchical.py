@@ -53,10 +53,25 @@ def test_allreduce_min_max_product(op, fn):
     np.testing.assert_array_equal(got.numpy(), fn(stack, axis=0))
 
 
-def test_average_and_prescale():
-    got = hvd.allreduce(tf.constant(inputs(np.float32, 4097, R)), op=hvd.Average, prescale_factor=2.0)
-    want = 2.0 * sum(inputs(np.float32, 4097, r).astype(np.float64) for r in range(N)) / N
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize("n", [1, 3, 1001, 300000])
+@pytest.mark.parametrize("subset", [False, True], ids=["global", "subset"])
+def test_average_and_scales_match_flat(dtype, n, subset):
+    # Each rank divides only the shard it reduced (or the host root the whole host's sum): every element must come
+    # out scaled and divided exactly once, by the set's size, on every rank.
+    ranks = SUBSET.ranks if subset else list(range(N))
+    if R not in ranks:
+        return
+    floats = np.dtype(dtype).kind == "f"
+    scales = dict(prescale_factor=2.0, postscale_factor=3.0) if floats else {}
+    got = hvd.allreduce(tf.constant(inputs(dtype, n, R)), op=hvd.Average, process_set=SUBSET if subset else None,
+                        name="avg_%s_%d_%d" % (np.dtype(dtype).name, n, subset), **scales).numpy()
+    total = sum(inputs(dtype, n, r).astype(np.float64 if floats else np.int64) for r in ranks)
+    if floats:
+        rtol = 2e-3 if dtype == np.float16 else 1e-6
+        np.testing.assert_allclose(got.astype(np.float64), 6.0 * total / len(ranks), rtol=rtol)
+    else:  # integer Average truncates toward zero; the sums here are positive
+        np.testing.assert_array_equal(got, (total // len(ranks)).astype(dtype))
 
 
 def test_grouped_allreduce_fused():

@@ -42,7 +42,7 @@ Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int
       const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + off * esize);
       TFR_CHECK_MPI(MPI_Allreduce(send, dst, n, ctx.Type(r.dtype), op, ctx.comm));
     }
-    Finish(ctx, r, dst, n, pair_mean != MPI_OP_NULL);
+    if (!hierarchical) Finish(ctx, r, dst, n, pair_mean != MPI_OP_NULL);  // the hierarchical path finishes its shards
   }
   return Status::OK();
 }

@@ -19,7 +19,8 @@ Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entri
 Status MpiBarrier(MpiContext& ctx, const Response& r, const Entries& entries);
 
 // hierarchical.cc: whether the hierarchical path applies (asked for, several hosts, a host with several ranks);
-// allreduce of n elements (in == out: in place); allgather of rows[rank] rows per rank into out (rank order).
+// allreduce of n elements (in == out: in place), finished (postscale, Average's division: each rank divides only
+// the shard it reduced, before the shards are gathered); allgather of rows[rank] rows per rank into out (rank order).
 bool UseHierarchical(const MpiContext& ctx, bool wanted);
 Status HierarchicalAllreduce(MpiContext& ctx, const Response& r, const char* in, char* out, int n);
 Status HierarchicalAllgatherv(MpiContext& ctx, const Response& r, const void* in, const std::vector<int>& rows,

@@ -13,6 +13,7 @@
 
 #include "../../timeline.h"
 #include "../layout.h"
+#include "../scale.h"
 #include "collectives.h"
 
 namespace tfring {
@@ -23,6 +24,12 @@ void SplitEvenly(int n, int p, std::vector<int>* counts, std::vector<int>* displ
   const std::vector<int64_t> c = EvenRowCounts(n, p), d = Offsets(c);
   counts->assign(c.begin(), c.end());
   displs->assign(d.begin(), d.end());
+}
+
+// Postscale and Average's division (by the whole set) on the part this rank finished reducing; the allgather
+// or broadcast that follows hands the finished values round.
+void FinishShard(MpiContext& ctx, const Response& r, char* data, int n) {
+  FinishReduction(data, n, r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? ctx.size : 1);
 }
 
 Status CrossAllreduce(MpiContext& ctx, const Response& r, char* buf, int n) {
@@ -49,7 +56,10 @@ Status ReduceScatterShards(MpiContext& ctx, const Response& r, char* buf, int n)
     TFR_CHECK_MPI(MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts.data(), type, op, ctx.local_comm));
     if (mine != buf && mine_bytes > 0) std::memmove(mine, buf, mine_bytes);
   }
-  if (counts[ctx.local_rank] > 0) TFR_RETURN_IF_ERROR(CrossAllreduce(ctx, r, mine, counts[ctx.local_rank]));
+  if (counts[ctx.local_rank] > 0) {
+    TFR_RETURN_IF_ERROR(CrossAllreduce(ctx, r, mine, counts[ctx.local_rank]));
+    FinishShard(ctx, r, mine, counts[ctx.local_rank]);  // 1/local_size of the division work, before the allgather
+  }
   TFR_CHECK_MPI(
       MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), type, ctx.local_comm));
   return Status::OK();
@@ -60,7 +70,10 @@ Status ReduceToHostRoot(MpiContext& ctx, const Response& r, char* buf, int n) {
   const MPI_Op op = ctx.Op(r.reduce_op, r.dtype);
   const bool root = ctx.local_rank == 0;
   TFR_CHECK_MPI(MPI_Reduce(root ? MPI_IN_PLACE : buf, root ? buf : nullptr, n, type, op, 0, ctx.local_comm));
-  if (root) TFR_RETURN_IF_ERROR(CrossAllreduce(ctx, r, buf, n));
+  if (root) {
+    TFR_RETURN_IF_ERROR(CrossAllreduce(ctx, r, buf, n));
+    FinishShard(ctx, r, buf, n);
+  }
   TFR_CHECK_MPI(MPI_Bcast(buf, n, type, 0, ctx.local_comm));
   return Status::OK();
 }
