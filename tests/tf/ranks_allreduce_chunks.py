@@ -69,3 +69,11 @@ def test_ring_reducescatter_in_pieces(op):
     rows = [dim0 // N + (1 if r < dim0 % N else 0) for r in range(N)]
     start = sum(rows[:R])
     np.testing.assert_allclose(out.numpy(), full[start:start + rows[R]], rtol=1e-6)
+
+
+def test_joined_rank_zeros_chunk_by_chunk():
+    # The joined rank zero-fills one chunk at a time; its calls must still pair with its peers' chunks.
+    for step in range(1 + R):
+        out = hvd.allreduce(tf.fill([4567], float(R + 1)), op=hvd.Average, name="chunks_join")
+        np.testing.assert_allclose(out.numpy(), np.full(4567, sum(r + 1 for r in range(N) if r >= step) / N))
+    assert hvd.join() == N - 1

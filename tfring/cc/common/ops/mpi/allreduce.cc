@@ -47,13 +47,22 @@ Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int
   return Status::OK();
 }
 
-// One tensor reduced in its own output; a joined rank (no entry) contributes zeros from the fusion buffer.
+// One tensor reduced in its own output; a joined rank (no entry) contributes zeros from the fusion buffer, one
+// chunk at a time (the same MPI calls as its peers' Reduce over the whole tensor) so that buffer, which is kept,
+// never grows past a chunk for a large tensor.
 Status ReduceDirect(MpiContext& ctx, const Response& r, TensorEntry* e, int64_t count) {
-  const int64_t bytes = count * DataTypeSize(r.dtype);
+  const int64_t esize = DataTypeSize(r.dtype), bytes = count * esize;
   if (e == nullptr) {
-    if (static_cast<int64_t>(ctx.fusion_buffer.size()) < bytes) ctx.fusion_buffer.resize(bytes);
-    std::memset(ctx.fusion_buffer.data(), 0, bytes);
-    return Reduce(ctx, r, ctx.fusion_buffer.data(), ctx.fusion_buffer.data(), count);
+    const int64_t chunk = ctx.ChunkElements(esize);
+    if (static_cast<int64_t>(ctx.fusion_buffer.size()) < std::min(count, chunk) * esize)
+      ctx.fusion_buffer.resize(std::min(count, chunk) * esize);
+    char* zeros = ctx.fusion_buffer.data();
+    for (int64_t off = 0; off < count; off += chunk) {
+      const int64_t n = std::min(chunk, count - off);
+      std::memset(zeros, 0, n * esize);
+      TFR_RETURN_IF_ERROR(Reduce(ctx, r, zeros, zeros, n));
+    }
+    return Status::OK();
   }
   char* out = static_cast<char*>(e->output->data());
   const char* in = static_cast<const char*>(e->input->data());
