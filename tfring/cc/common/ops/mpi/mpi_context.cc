@@ -48,10 +48,11 @@ void WrapSum(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = static_cast<T>(static_cast<U>(static_cast<U>(a[i]) + static_cast<U>(b[i])));
 }
 
-// Average of exactly two ranks in the reduction itself: (a + b) * 0.5, the bits that summing and then dividing by 2
-// give (halving is exact, and addition commutes, so both ranks agree). An op without an identity is applied
-// size-1 times per element by any algorithm: once for two ranks, so this is only used there. Saves Average's own
-// pass over the result (+16-38 % over Sum for 1-96 MiB in place, np=2). Blocks of 16 vectorize at -O2.
+// Average of exactly two ranks in the reduction itself: (a + b) * 0.5 rounds as summing and then dividing by 2 does
+// (DivideBuffer multiplies by the exact reciprocal of a power of two), and addition commutes, so both ranks hold
+// the same bits. An op without an identity is applied size-1 times per element by any algorithm: once for two
+// ranks, so this is only used there. Saves Average's own pass over the result (in place it cost 20-61 % over Sum
+// for 1-96 MiB at np=2; now level: benchmarks/average_cost.py). Blocks of 16 vectorize at -O2.
 template <typename T>
 inline void PairMeanLoop(const T* __restrict a, T* __restrict b, int len) {  // MPI: in and inout never overlap
   const T half = static_cast<T>(0.5);
