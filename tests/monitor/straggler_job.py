@@ -85,6 +85,9 @@ def jax_step():
 
 
 hvd, step = {"tf": tf_step, "torch": torch_step, "jax": jax_step}[args.framework]()
+# One step before the count: it traces/compiles the step function, which takes each rank a different time (seconds
+# on a slow 2-core machine at np=3) and is not straggling. Steps are counted from the first compiled one.
+step()
 named_at, named = None, None
 start = time.perf_counter()
 for i in range(args.steps):
