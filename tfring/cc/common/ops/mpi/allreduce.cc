@@ -18,13 +18,6 @@ constexpr int64_t kDirectBytes = 1 << 20;
 // (32 MiB at most) up that memory is mapped fresh and page-faulted on every call: 100 MB at np=2 takes 12,800 minor
 // faults and 40 ms in one call, 17 ms in 8 MiB calls (benchmarks/allreduce_chunks.py). chunk_bytes is rank 0's.
 
-// Average divides by the whole set, joined ranks (whose zeros were summed) included, as Horovod does; with the
-// pair-mean op the reduction has already divided.
-void Finish(MpiContext& ctx, const Response& r, void* buf, int64_t count, bool divided) {
-  const bool average = r.reduce_op == ReduceOp::AVERAGE && !divided;
-  FinishReduction(buf, count, r.dtype, r.postscale, average ? ctx.size : 1);
-}
-
 // Reduces chunk by chunk (in == out: in place), each chunk finished (postscale, Average's division) while it is
 // still in cache.
 Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int64_t total) {
@@ -42,7 +35,8 @@ Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int
       const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + off * esize);
       TFR_CHECK_MPI(MPI_Allreduce(send, dst, n, ctx.Type(r.dtype), op, ctx.comm));
     }
-    if (!hierarchical) Finish(ctx, r, dst, n, pair_mean != MPI_OP_NULL);  // the hierarchical path finishes its shards
+    if (!hierarchical)
+      FinishAllreduce(ctx, r, dst, n, pair_mean != MPI_OP_NULL);  // the hierarchical path finishes its shards
   }
   return Status::OK();
 }
@@ -75,6 +69,11 @@ Status ReduceDirect(MpiContext& ctx, const Response& r, TensorEntry* e, int64_t 
 }
 
 }  // namespace
+
+void FinishAllreduce(MpiContext& ctx, const Response& r, void* buf, int64_t count, bool divided) {
+  const bool average = r.reduce_op == ReduceOp::AVERAGE && !divided;
+  FinishReduction(buf, count, r.dtype, r.postscale, average ? ctx.size : 1);
+}
 
 Status MpiAllreduce(MpiContext& ctx, const Response& r, const Entries& entries) {
   const int64_t esize = DataTypeSize(r.dtype);

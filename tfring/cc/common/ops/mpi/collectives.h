@@ -18,6 +18,10 @@ Status MpiAlltoall(MpiContext& ctx, const Response& r, const Entries& entries);
 Status MpiReducescatter(MpiContext& ctx, const Response& r, const Entries& entries);
 Status MpiBarrier(MpiContext& ctx, const Response& r, const Entries& entries);
 
+// allreduce.cc: postscale and Average's division (by the whole set, joined ranks included, as Horovod does) of
+// reduced values; `divided`: the reduction already divided (the pair-mean op).
+void FinishAllreduce(MpiContext& ctx, const Response& r, void* buf, int64_t count, bool divided);
+
 // hierarchical.cc: whether the hierarchical path applies (asked for, several hosts, a host with several ranks);
 // allreduce of n elements (in == out: in place), finished (postscale, Average's division: each rank divides only
 // the shard it reduced, before the shards are gathered); allgather of rows[rank] rows per rank into out (rank order).

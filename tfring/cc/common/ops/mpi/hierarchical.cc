@@ -13,7 +13,6 @@
 
 #include "../../timeline.h"
 #include "../layout.h"
-#include "../scale.h"
 #include "collectives.h"
 
 namespace tfring {
@@ -24,12 +23,6 @@ void SplitEvenly(int n, int p, std::vector<int>* counts, std::vector<int>* displ
   const std::vector<int64_t> c = EvenRowCounts(n, p), d = Offsets(c);
   counts->assign(c.begin(), c.end());
   displs->assign(d.begin(), d.end());
-}
-
-// Postscale and Average's division (by the whole set) on the part this rank finished reducing; the allgather
-// or broadcast that follows hands the finished values round.
-void FinishShard(MpiContext& ctx, const Response& r, char* data, int n) {
-  FinishReduction(data, n, r.dtype, r.postscale, r.reduce_op == ReduceOp::AVERAGE ? ctx.size : 1);
 }
 
 Status CrossAllreduce(MpiContext& ctx, const Response& r, char* buf, int n) {
@@ -58,7 +51,7 @@ Status ReduceScatterShards(MpiContext& ctx, const Response& r, char* buf, int n)
   }
   if (counts[ctx.local_rank] > 0) {
     TFR_RETURN_IF_ERROR(CrossAllreduce(ctx, r, mine, counts[ctx.local_rank]));
-    FinishShard(ctx, r, mine, counts[ctx.local_rank]);  // 1/local_size of the division work, before the allgather
+    FinishAllreduce(ctx, r, mine, counts[ctx.local_rank], false);  // 1/local_size of the division, before the allgather
   }
   TFR_CHECK_MPI(
       MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), type, ctx.local_comm));
@@ -72,7 +65,7 @@ Status ReduceToHostRoot(MpiContext& ctx, const Response& r, char* buf, int n) {
   TFR_CHECK_MPI(MPI_Reduce(root ? MPI_IN_PLACE : buf, root ? buf : nullptr, n, type, op, 0, ctx.local_comm));
   if (root) {
     TFR_RETURN_IF_ERROR(CrossAllreduce(ctx, r, buf, n));
-    FinishShard(ctx, r, buf, n);
+    FinishAllreduce(ctx, r, buf, n, false);  // before the broadcast hands it round
   }
   TFR_CHECK_MPI(MPI_Bcast(buf, n, type, 0, ctx.local_comm));
   return Status::OK();
