@@ -47,9 +47,8 @@ Status Reduce(MpiContext& ctx, const Response& r, const char* in, char* out, int
 Status ReduceDirect(MpiContext& ctx, const Response& r, TensorEntry* e, int64_t count) {
   const int64_t esize = DataTypeSize(r.dtype), bytes = count * esize;
   if (e == nullptr) {
-    const int64_t chunk = ctx.ChunkElements(esize);
-    if (static_cast<int64_t>(ctx.fusion_buffer.size()) < std::min(count, chunk) * esize)
-      ctx.fusion_buffer.resize(std::min(count, chunk) * esize);
+    const int64_t chunk = ctx.ChunkElements(esize), need = std::min(count, chunk) * esize;
+    if (static_cast<int64_t>(ctx.fusion_buffer.size()) < need) ctx.fusion_buffer.resize(need);
     char* zeros = ctx.fusion_buffer.data();
     for (int64_t off = 0; off < count; off += chunk) {
       const int64_t n = std::min(chunk, count - off);
