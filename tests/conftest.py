@@ -2,14 +2,25 @@
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import xml.etree.ElementTree as ET
 
 import pytest
 
 from tfring.runner.processes import kill_session  # noqa: F401 (the tests' helper too)
 from tfring.runner.supervise import TRANSIENT_START_FAILURE
 
+# This pytest process loads TensorFlow (size-1 tests) and torch (the engines' estimators) side by side, in whatever
+# order the files run. torch._dynamo (torch's optimizers, Lightning) imports triton when it is installed, and
+# importing triton crashes (SIGSEGV) a process that holds TensorFlow. CPU tests never need triton: this process goes
+# without it, so no test depends on the order or on which optional packages are installed. (Work that needs triton
+# would run in the ranks or a child process, which start without TensorFlow.)
+sys.modules.setdefault("triton", None)
+# Every run ends with what each test directory and file cost (tests, launches, seconds): tests/cost_plugin.py.
+pytest_plugins = [] if "OMPI_COMM_WORLD_RANK" in os.environ else ["cost_plugin"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # Tests mirror the package in feature directories; one may import another's helpers by module name (basenames are
@@ -68,15 +79,48 @@ def job_summaries(out):
     return len(re.findall(r"\b\d+ passed\b", out)), bool(re.search(r"\b\d+ failed\b", out))
 
 
+def per_file_results(report, files):
+    """{file: [passed, failed, skipped]} from one rank's junit XML report (errors count as failures)."""
+    stems = {os.path.splitext(os.path.basename(f))[0]: f for f in files}
+    counts = {f: [0, 0, 0] for f in files}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        module = [part for part in case.get("classname", "").split(".") if part in stems]
+        if module:
+            tags = {child.tag for child in case}
+            counts[stems[module[0]]][1 if tags & {"failure", "error"} else 2 if "skipped" in tags else 0] += 1
+    return counts
+
+
 def run_rank_pytest(np_, test_file, timeout=600, extra_env=None):
-    """Each rank runs the same pytest file(s) (a path or a list) in the same order; any failing rank fails the
-    job."""
+    """Each rank runs the same pytest file(s) (a path or a list) in the same order, in one launch. Fails unless
+    every file passed tests and failed none on every rank (each rank writes a junit report): a file that collects
+    nothing or skips as a whole fails too. A failing file does not stop the others (no -x), so the failure lists
+    every file's result on every rank."""
     env = rank_env()
     env.update(extra_env or {})
     files = [test_file] if isinstance(test_file, str) else list(test_file)
-    proc = run_ranks(np_, ["-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-x"] + files, timeout, env)
-    if proc.returncode != 0:
-        pytest.fail("%s at np=%d failed (exit %d):\n%s" % (test_file, np_, proc.returncode, proc.stdout[-20000:]))
+    keep = os.environ.get("TFRING_TEST_RANK_REPORTS")  # a folder: keep every launch's reports there (per-test times)
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+    reports = tempfile.mkdtemp(prefix="np%d-" % np_, dir=keep or None)
+    # pytest expands the variable mpirun sets per rank; -o addopts=: no durations table of the ranks' own
+    pytest_args = ["-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-o", "addopts=",
+                   "--junitxml=" + os.path.join(reports, "rank$OMPI_COMM_WORLD_RANK.xml")]
+    try:
+        proc = run_ranks(np_, pytest_args + files, timeout, env)
+        results = {}
+        for r in range(np_):
+            path = os.path.join(reports, "rank%d.xml" % r)
+            results[r] = per_file_results(path, files) if os.path.exists(path) else None
+    finally:
+        if not keep:
+            shutil.rmtree(reports, ignore_errors=True)
+    bad = ["rank %d: %s" % (r, "no report" if res is None else ", ".join(
+        "%s %d passed %d failed %d skipped" % (os.path.basename(f), *c) for f, c in res.items() if c[1] or not c[0]))
+        for r, res in results.items() if res is None or any(c[1] or not c[0] for c in res.values())]
+    if proc.returncode != 0 or bad:
+        pytest.fail("%s at np=%d failed (exit %d):\n%s\n%s" % (
+            files, np_, proc.returncode, "\n".join(bad), proc.stdout[-20000:]))
     return proc
 
 

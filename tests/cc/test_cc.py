@@ -3,7 +3,11 @@ import glob
 import os
 import subprocess
 
+import pytest
+
 from conftest import ROOT
+
+pytestmark = pytest.mark.slow  # runs g++ (~20 s)
 
 CORE = ["types", "message", "env", "logging", "tensor_queue", "response_cache", "response_builder", "coordinator",
         "controller",

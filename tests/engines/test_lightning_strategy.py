@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-# Only the ranks import Lightning (its triton import would crash this process once TensorFlow is loaded).
+# Only the ranks import Lightning.
 if importlib.util.find_spec("lightning") is None:
     pytest.skip("lightning is not installed", allow_module_level=True)
 pytest.importorskip("pyarrow")

@@ -10,16 +10,8 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 torch = pytest.importorskip("torch")
-# Lightning imports torch._dynamo, which imports triton, whose import crashes (SIGSEGV) a process that already loaded
-# TensorFlow (as `pytest tests` has by now): this process goes without triton (CPU only, torch treats it as absent).
-_BLOCK_TRITON = "tensorflow" in sys.modules and "triton" not in sys.modules
-if _BLOCK_TRITON:
-    sys.modules["triton"] = None
-try:
-    pl = pytest.importorskip("lightning.pytorch")
-finally:
-    if _BLOCK_TRITON:
-        del sys.modules["triton"]
+# (Lightning imports torch._dynamo, which would import triton next to TensorFlow: tests/conftest.py blocks it.)
+pl = pytest.importorskip("lightning.pytorch")
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
 import cloudpickle  # noqa: E402

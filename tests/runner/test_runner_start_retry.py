@@ -4,6 +4,8 @@ prints (the supervisor reads nothing else); no MPI is needed."""
 import io
 import sys
 
+import pytest
+
 from tfring.runner.supervise import TRANSIENT_START_FAILURE, run_command
 
 PMIX_FAILURE = "-" * 74 + "\n" + TRANSIENT_START_FAILURE + ". We cannot\ncontinue.\n" + "-" * 74 + "\n"
@@ -55,6 +57,7 @@ def test_no_retry_once_a_rank_spoke_or_for_other_failures(tmp_path):
     assert "starting the job again" not in err
 
 
+@pytest.mark.slow  # a real 2-rank job
 def test_real_job_through_tfringrun_is_not_started_twice(tmp_path):
     """End to end: a real 2-rank job that fails on its own is run once (its line appears once)."""
     import subprocess

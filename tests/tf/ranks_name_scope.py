@@ -60,6 +60,12 @@ def test_different_scopes_per_rank_match_with_ignore_name_scope():
 
 
 def test_different_scopes_per_rank_never_match_without_it():
+    # The stall shutdown this case waits for: 2 s (the matching case above keeps the file's 10 s).
+    with restarted(env={"TFRING_STALL_CHECK_TIME_SECONDS": "1", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "2"}):
+        never_match_without_it()
+
+
+def never_match_without_it():
     @tf.function
     def step(x):
         with tf.name_scope("rank%d" % R):
