@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow  # real ranks under mpirun
 pytest.importorskip("jax", reason="jax is not installed: tfring.jax is not built or tested")
 pytest.importorskip("optax", reason="optax is not installed (the jax extra)")
 
-FILES = ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "errors", "stall")]
+FILES = ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "monitor", "errors", "stall")]
 
 
 @pytest.mark.parametrize("np_", [2, 3])

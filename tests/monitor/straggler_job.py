@@ -1,26 +1,17 @@
 """A small data-parallel training loop (--framework tf: DistributedGradientTape in a tf.function; torch:
 DistributedOptimizer; jax: DistributedOptimizer in a jitted step) where one rank can be slowed by a sleep per step.
-Each rank prints RESULT <json>: the step at which metrics() first named a straggler (and whom), and the last
-summary."""
+Run as a script, each rank prints RESULT <json>: the step at which metrics() first named a straggler (and whom),
+and the last summary. The binding's rank files (ranks_*monitor.py) call `straggle` inside their shared launch."""
 import argparse
 import json
 import time
 
 import numpy as np
 
-p = argparse.ArgumentParser()
-p.add_argument("--framework", choices=("tf", "torch", "jax"), default="tf")
-p.add_argument("--slow-rank", type=int, default=-1)
-p.add_argument("--sleep", type=float, default=0.05)
-p.add_argument("--steps", type=int, default=40)
-p.add_argument("--mark", action="store_true", help="call mark_step() after each step")
-args = p.parse_args()
-
 
 def tf_step():
     import tensorflow as tf
     import tfring.tensorflow as hvd
-    hvd.init()
     tf.random.set_seed(1)
     model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(64, activation="relu"),
                                  tf.keras.layers.Dense(10)])
@@ -41,7 +32,6 @@ def tf_step():
 def torch_step():
     import torch
     import tfring.torch as hvd
-    hvd.init()
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
@@ -61,7 +51,6 @@ def jax_step():
     import jax.numpy as jnp
     import optax
     import tfring.jax as hvd
-    hvd.init()
     k1, k2 = jax.random.split(jax.random.PRNGKey(1))
     params = {"w1": jax.random.normal(k1, (32, 64)) * 0.1, "w2": jax.random.normal(k2, (64, 10)) * 0.1}
     tx = hvd.DistributedOptimizer(optax.sgd(0.01))
@@ -84,21 +73,64 @@ def jax_step():
     return hvd, step
 
 
-hvd, step = {"tf": tf_step, "torch": torch_step, "jax": jax_step}[args.framework]()
-# One step before the count: it traces/compiles the step function, which takes each rank a different time (seconds
-# on a slow 2-core machine at np=3) and is not straggling. Steps are counted from the first compiled one.
-step()
-named_at, named = None, None
-start = time.perf_counter()
-for i in range(args.steps):
-    if hvd.rank() == args.slow_rank:
-        time.sleep(args.sleep)
+STEPS = {"tf": tf_step, "torch": torch_step, "jax": jax_step}
+
+
+def straggle(framework, slow_rank=-1, sleep=0.05, steps=40, mark=False):
+    """Trains `steps` steps with `slow_rank` sleeping `sleep` s in each (tfring initialized already); returns
+    {rank, named_at, named, seconds, metrics}."""
+    hvd, step = STEPS[framework]()
+    # One step before the count: it traces/compiles the step function, which takes each rank a different time
+    # (seconds on a slow 2-core machine at np=3) and is not straggling. Steps are counted from the first compiled one.
     step()
-    if args.mark:
-        hvd.mark_step()
-    s = hvd.straggler()
-    if s is not None and named_at is None:
-        named_at, named = i + 1, s
-elapsed = time.perf_counter() - start
-print("RESULT " + json.dumps({"rank": hvd.rank(), "named_at": named_at, "named": named, "seconds": elapsed,
-                              "metrics": hvd.metrics()}), flush=True)
+    named_at, named = None, None
+    start = time.perf_counter()
+    for i in range(steps):
+        if hvd.rank() == slow_rank:
+            time.sleep(sleep)
+        step()
+        if mark:
+            hvd.mark_step()
+        s = hvd.straggler()
+        if s is not None and named_at is None:
+            named_at, named = i + 1, s
+    return {"rank": hvd.rank(), "named_at": named_at, "named": named, "seconds": time.perf_counter() - start,
+            "metrics": hvd.metrics()}
+
+
+def restart(hvd):
+    """tfring restarted on every rank together (the files of a launch run in the same order everywhere), so the
+    monitor's rounds start afresh."""
+    from mpi4py import MPI
+    MPI.COMM_WORLD.Barrier()
+    hvd.shutdown()
+    hvd.init()
+
+
+def check_named(result, n, slow):
+    """What every rank must read after straggle(slow_rank=slow, sleep=0.05, steps=30) on n ranks."""
+    assert result["named_at"] is not None and result["named_at"] <= 20, result
+    assert result["named"]["rank"] == slow and 25 <= result["named"]["waited_ms_per_step"] <= 80, result
+    waits = [x["wait_ms_per_step"] for x in result["metrics"]["ranks"]]
+    assert min(range(n), key=lambda i: waits[i]) == slow, waits
+
+
+def check_one_warning(err, slow):
+    """The job printed one straggler warning (on one rank), naming `slow`; `err` is this rank's stderr."""
+    from mpi4py import MPI
+    lines = [line for e in MPI.COMM_WORLD.allgather(err) for line in e.splitlines() if "is a straggler" in line]
+    assert len(lines) == 1 and "rank %d is a straggler: the others waited" % slow in lines[0], lines
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--framework", choices=("tf", "torch", "jax"), default="tf")
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--sleep", type=float, default=0.05)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--mark", action="store_true", help="call mark_step() after each step")
+    args = p.parse_args()
+    __import__({"tf": "tfring.tensorflow", "torch": "tfring.torch", "jax": "tfring.jax"}[args.framework],
+               fromlist=["init"]).init()
+    result = straggle(args.framework, args.slow_rank, args.sleep, args.steps, args.mark)
+    print("RESULT " + json.dumps(result), flush=True)

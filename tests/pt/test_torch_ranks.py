@@ -11,7 +11,8 @@ pytestmark = pytest.mark.slow  # real ranks under mpirun
 pytest.importorskip("torch", reason="torch is not installed: tfring.torch is not built or tested")
 
 FILES = ["tests/pt/ranks_torch_%s.py" % name for name in (
-    "collectives", "output_memory", "autograd", "process_sets", "optimizer", "functions", "sync_bn", "errors")]
+    "collectives", "output_memory", "autograd", "process_sets", "optimizer", "functions", "sync_bn", "monitor",
+    "errors")]
 
 
 @pytest.mark.parametrize("np_", [2, 3])
