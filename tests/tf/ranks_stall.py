@@ -62,16 +62,16 @@ def stall_shutdown_fails_instead_of_hanging(cached):
 
 
 def test_stall_inside_compiled_code_fails_every_waiting_rank_instead_of_hanging():
-    with restarted(env=SHORT):
-        stall_inside_compiled_code_fails()
-
-
-def stall_inside_compiled_code_fails():
     # The last rank skips a step compiled with XLA (the FFI handlers of tfring/cc/xla): the others wait inside it
-    # until the deadline, then all get the stall error. A first step on every rank compiles it, so the clock
-    # measures the wait alone.
+    # until the deadline, then all get the stall error. A first step on every rank compiles it (under the file's
+    # 4 s deadline: ranks compile at different speeds), so the clock measures the wait alone.
     step = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="xla_stalled"), jit_compile=True)
     assert step(tf.ones([2])).numpy().tolist() == [N, N]
+    with restarted(env=SHORT):
+        stall_inside_compiled_code_fails(step)
+
+
+def stall_inside_compiled_code_fails(step):
     if R != N - 1:
         start = time.time()
         with pytest.raises(tf.errors.DeadlineExceededError) as e:
