@@ -3,8 +3,8 @@
 At the end of every run: tests, launches and seconds per test directory and for the costliest files (README
 "Testing"; the JSON goes to $TFRING_TEST_COST_JSON when set). A launch is a process the pytest process starts
 that runs ranks, an engine or a compiler: mpirun/prterun, tfringrun (`-m tfring.runner`) given a size or hosts,
-Spark's JVM, Ray's processes, g++/nvcc/bazel (not asked only for --version or --help). Its wall time runs from
-the start to the first wait() that sees it ended.
+Spark's JVM, Ray's processes, g++/nvcc/bazel (not asked only for --version or --help). It counts when it
+starts; its wall time runs from the start to the first wait() that sees it ended.
 
 The rule: a test that launches is marked `slow` (left out of the fast tier); an unmarked one fails in teardown."""
 import collections
@@ -22,29 +22,31 @@ TFRINGRUN, JOB_FLAGS = {"tfringrun", "tfring.runner"}, {"-np", "--num-proc", "-H
                                                          "--hostfile", "--host-discovery-script"}
 _real_init, _real_wait = subprocess.Popen.__init__, subprocess.Popen.wait
 _current = {"test": None}
-_launches = collections.defaultdict(list)  # test id -> [seconds, ...]
+_launches = collections.defaultdict(list)  # test id -> [[start, seconds once ended], ...]
 _tests = collections.defaultdict(lambda: [0, 0.0])  # test file -> [tests, seconds]
 
 
 def is_launch(args):
     words = shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
-    head = {os.path.basename(w) for w in words[:3]}
-    if {"--version", "-V", "--help"} & set(words):  # asks a tool about itself
+    names = {os.path.basename(w) for w in words}  # anywhere: `hosts.py exec h1 python -m tfring.runner ...` too
+    if {"--version", "-V", "--help"} & names:  # asks a tool about itself
         return False
-    return bool(head & LAUNCHERS or head & TFRINGRUN and JOB_FLAGS & set(words))
+    return bool(names & LAUNCHERS or names & TFRINGRUN and JOB_FLAGS & names)
 
 
 def _init(self, args, *a, **kw):
     _real_init(self, args, *a, **kw)
     if _current["test"] and is_launch(args):
-        self._tfring_cost = (_current["test"], time.monotonic())
+        # counted at once (an engine's JVM may never be waited for); its seconds once a wait() sees it end
+        self._tfring_cost = [time.monotonic()]
+        _launches[_current["test"]].append(self._tfring_cost)
 
 
 def _wait(self, *a, **kw):
     code = _real_wait(self, *a, **kw)
     cost = self.__dict__.pop("_tfring_cost", None)
     if cost is not None:
-        _launches[cost[0]].append(time.monotonic() - cost[1])
+        cost.append(time.monotonic() - cost[0])
     return code
 
 
@@ -71,9 +73,9 @@ def pytest_runtest_logreport(report):
 
 
 def _rows(key):
-    launches = collections.defaultdict(list)
-    for test, seconds in _launches.items():
-        launches[test.split("::")[0]] += seconds
+    launches = collections.defaultdict(list)  # test file -> [seconds, ...] (0 for a launch never waited for)
+    for test, costs in _launches.items():
+        launches[test.split("::")[0]] += [c[1] if len(c) > 1 else 0.0 for c in costs]
     rows = collections.defaultdict(lambda: [0, 0, 0.0])
     for path, (count, seconds) in _tests.items():
         row = rows[key(path)]
