@@ -279,7 +279,7 @@ def build_html(output_dir):
     specs = ["tfring", "tfring.keras", "tfring.callbacks", r"!.*\._", r"!tfring\.callbacks\.",
              r"!tfring\.keras\.optimizer$"]
     if importlib.util.find_spec("tf_keras") is not None:  # the tf_keras wrapper needs tf_keras to import
-        specs.append("tfring.tensorflow._keras.legacy_optimizer")
+        specs.append("tfring.tensorflow.tf_keras.optimizer")
     output_dir = pathlib.Path(output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     # From the output directory: pdoc warns when a module name is also a path in the cwd (a source checkout's

@@ -24,9 +24,9 @@ for op in ["HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather", "H
     devices = {k.device_type for k in kernels.get_registered_kernels_for_op(op).kernel}
     assert devices == {"CPU", "GPU"}, (op, devices)
 # The XLA lowering's "CUDA" handlers: TensorFlow's XLA took them (tfring_xla_cuda_registration() == ""), so
-# Keras' jit_compile="auto" on a GPU keeps XLA (tfring/tensorflow/_keras/jit_fallback.py).
+# Keras' jit_compile="auto" on a GPU keeps XLA (tfring/keras/_backend/_tf_jit_fallback.py).
 import ctypes, glob, os
-from tfring.tensorflow._keras import jit_fallback
+from tfring.keras._backend import _tf_jit_fallback as jit_fallback
 lib = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(hvd.__file__), "tensorflow", "_tfring*.so"))[0])
 lib.tfring_xla_cuda_registration.restype = ctypes.c_char_p
 assert lib.tfring_xla_cuda_registration() == b"", lib.tfring_xla_cuda_registration()

@@ -297,8 +297,8 @@ def test_package_root_launcher_and_common_load_no_framework():
 
 @pytest.mark.skipif(not _installed("tf_keras"), reason="tf_keras is not installed")
 def test_tf_keras_sync_batch_norm_imports_first():
-    # Was a partially-initialised-module error (sync_batch_norm <-> sync_batch_norm_tf_keras).
-    proc = _fresh("import tfring.tensorflow.sync_batch_norm_tf_keras as m; import tfring.keras as hvd; "
+    # Was a partially-initialised-module error (sync_batch_norm <-> its tf_keras twin).
+    proc = _fresh("import tfring.tensorflow.tf_keras.sync_batch_norm as m; import tfring.keras as hvd; "
                   "assert hvd.SyncBatchNormalization is m.SyncBatchNormalization; print('ok')",
                   TF_USE_LEGACY_KERAS="1")
     assert proc.stdout.strip().endswith("ok"), proc.stdout[-3000:]

@@ -16,7 +16,7 @@ from mpi4py import MPI  # noqa: E402
 
 import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
-from tfring.tensorflow._keras.legacy_optimizer import LegacyDistributedOptimizer  # noqa: E402
+from tfring.tensorflow.tf_keras.optimizer import LegacyDistributedOptimizer  # noqa: E402
 from rank_helpers import restarted  # noqa: E402
 from sim_helpers import local_grads, rank_batch, small_model  # noqa: E402
 

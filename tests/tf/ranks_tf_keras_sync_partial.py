@@ -12,7 +12,7 @@ import tf_keras  # noqa: E402
 import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
 from rank_helpers import init  # noqa: E402
-from tfring.tensorflow._keras.legacy_optimizer import LegacyDistributedOptimizer  # noqa: E402
+from tfring.tensorflow.tf_keras.optimizer import LegacyDistributedOptimizer  # noqa: E402
 from sim_helpers import rank_batch, simulate_partial_sgd, small_model  # noqa: E402
 
 R, N = init()

@@ -12,8 +12,8 @@ import tensorflow as tf
 import tfring as hvd
 import tfring.keras as hvd_keras
 from rank_helpers import init
-from tfring.tensorflow._keras import jit_fallback
-from tfring.tensorflow._keras.jit_fallback import JitCompileFallback
+from tfring.keras._backend import _tf_jit_fallback as jit_fallback
+from tfring.keras._backend._tf_jit_fallback import JitCompileFallback
 
 R, N = init()
 GPU_WITHOUT_LOWERING = dict(device_types={"CPU", "GPU"}, served={"CPU"})

@@ -1,10 +1,10 @@
-"""jit_compile="auto" never fails because of tfring (tfring/tensorflow/_keras/jit_fallback.py): the decision, and
+"""jit_compile="auto" never fails because of tfring (tfring/keras/_backend/_tf_jit_fallback.py): the decision, and
 what this build's XLA lowering serves. The fallback inside a real fit at np=2/3: ranks_xla_fallback.py."""
 import pytest
 
 from tfring.common import library
-from tfring.tensorflow._keras import jit_fallback
-from tfring.tensorflow._keras.jit_fallback import decide
+from tfring.keras._backend import _tf_jit_fallback as jit_fallback
+from tfring.keras._backend._tf_jit_fallback import decide
 
 
 @pytest.mark.parametrize("requested,devices,served,expected", [

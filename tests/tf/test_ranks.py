@@ -14,7 +14,7 @@ Groups:
 - process_sets: the ranks_process_sets*.py files again at np=4, so that every set has two ranks or more (the
   mismatch/stall test needs that; the others check sets of two ranks on both sides).
 - tf_keras: its own launch because TF_USE_LEGACY_KERAS=1 must be in the environment before TensorFlow/Keras is
-  imported (tfring.tensorflow.sync_batch_norm picks its class at import), which the Keras 3 files must not see.
+  imported (tfring.keras.sync_batch_norm picks its class at import), which the Keras 3 files must not see.
   Only at np=3: ranks_tf_keras_aggregation.py's process-set test needs three ranks (members of {0, 1} average
   while rank 2 is outside; with a set {2} of one rank as well, np=2's cases are covered too); the other tf_keras
   checks hold at any size.

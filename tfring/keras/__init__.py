@@ -10,24 +10,17 @@ TF_USE_LEGACY_KERAS=1 (tf_keras, Keras 2) the optimizer, callbacks and SyncBatch
 """
 import importlib
 
-from tfring.keras._backend import glue as _glue, name as _backend_name
-
-if _backend_name() == "tensorflow":
-    from tfring.tensorflow import *  # noqa: F401,F403  init, rank, size, Compression, Average, ...
-    from tfring.tensorflow._keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
-    globals().pop("elastic", None)  # the star import's tfring.tensorflow.elastic: hvd.elastic is tfring.keras.elastic
-else:
-    from tfring.keras._shared_api import *  # noqa: F401,F403  the same names from the tfring.jax/.torch binding
-    from tfring.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
-    from tfring.keras.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+from tfring.keras._shared_api import *  # noqa: F401,F403  init, rank, size, Compression, Average, ...
+from tfring.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401,E402
+from tfring.keras.sync_batch_norm import SyncBatchNormalization  # noqa: F401,E402
 from tfring.keras._functions import (allgather, allreduce, broadcast, broadcast_global_variables,  # noqa: F401,E402
                                      load_model, reducescatter)
 from tfring.common.monitor import label_tensor, mark_step, metrics, straggler  # noqa: F401,E402
 
 
 def __getattr__(name):
-    # `hvd.callbacks` / `hvd.elastic` load on first use: the callbacks import this package's backend glue, so an
-    # eager import here would be circular.
+    # `hvd.callbacks` / `hvd.elastic` load on first use: the callbacks stand on this layer, which never imports
+    # them back at module level.
     if name in ("callbacks", "elastic"):
         return importlib.import_module("tfring.keras." + name)
     raise AttributeError("module 'tfring.keras' has no attribute %r" % (name,))

@@ -121,17 +121,15 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=Tr
     Returns:
         The model.
     """
-    if legacy_keras() or glue().binding.__name__ == "tfring.tensorflow":
-        from tfring.tensorflow._keras.optimizer import DistributedOptimizer
-    else:
-        from tfring.keras.optimizer import DistributedOptimizer
-    objects = {"DistributedOptimizer": DistributedOptimizer, "tfring>DistributedOptimizer": DistributedOptimizer}
+    from tfring.keras.optimizer import DistributedOptimizer
+    from tfring.keras.sync_batch_norm import SyncBatchNormalization
+    objects = {"DistributedOptimizer": DistributedOptimizer, "SyncBatchNormalization": SyncBatchNormalization}
     objects.update(custom_objects or {})
     for opt in custom_optimizers or []:
         objects[opt.__name__] = opt
     if legacy_keras():
         import tf_keras
-        from tfring.tensorflow._keras.legacy_optimizer import LegacyDistributedOptimizer
+        from tfring.tensorflow.tf_keras.optimizer import LegacyDistributedOptimizer
         objects["LegacyDistributedOptimizer"] = LegacyDistributedOptimizer
         return tf_keras.models.load_model(filepath, custom_objects=objects, compile=compile)
     return keras.models.load_model(filepath, custom_objects=objects, compile=compile)

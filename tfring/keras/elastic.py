@@ -1,26 +1,17 @@
 """`tfring.keras.elastic` (Horovod's `horovod.tensorflow.keras.elastic`): `KerasState`, `run` and the elastic
-Keras callbacks, on the Keras backend in use (TensorFlow and tf_keras through tfring.tensorflow.elastic; JAX and
-torch through tfring.keras._elastic_state). The machinery (ULFM shrink, spawned newcomers) is
+Keras callbacks, on the Keras backend in use (tf_keras too). The machinery (ULFM shrink, spawned newcomers) is
 tfring.common.elastic's."""
-from tfring.callbacks.elastic_state import (CommitStateCallback, UpdateBatchStateCallback,  # noqa: F401
-                                            UpdateEpochStateCallback)
+import importlib
+
 from tfring.common.elastic.run import run  # noqa: F401
 from tfring.common.errors import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
-from tfring.keras._backend import name as _backend_name
+from tfring.keras._elastic_state import KerasState, ObjectState, State  # noqa: F401
 
-if _backend_name() == "tensorflow":
-    from tfring.tensorflow.elastic import ObjectState, State, TensorFlowKerasState  # noqa: F401
+_CALLBACKS = ("CommitStateCallback", "UpdateBatchStateCallback", "UpdateEpochStateCallback")
 
-    class KerasState(TensorFlowKerasState):
-        """A Keras model and optimizer plus plain attributes (`epoch=0, batch=0`), as Horovod's `KerasState`.
 
-        Args:
-            model: the Keras model.
-            optimizer: its optimizer (default: `model.optimizer`).
-            **kwargs: plain attributes.
-        """
-
-        def __init__(self, model, optimizer=None, **kwargs):
-            super().__init__(model, optimizer=optimizer, **kwargs)
-else:
-    from tfring.keras._elastic_state import KerasState, ObjectState, State  # noqa: F401
+def __getattr__(name):
+    # The elastic callbacks stand on this layer (tfring.callbacks.elastic_state): reached by name, not imported back.
+    if name in _CALLBACKS:
+        return getattr(importlib.import_module("tfring.callbacks.elastic_state"), name)
+    raise AttributeError("module 'tfring.keras.elastic' has no attribute %r" % (name,))

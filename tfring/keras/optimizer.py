@@ -1,17 +1,17 @@
-"""DistributedOptimizer for Keras 3 on the JAX and torch backends (the TensorFlow backend's is
-tfring/tensorflow/_keras/optimizer.py): wraps an inner optimizer through public API only, as
-keras.optimizers.LossScaleOptimizer does, and reduces the gradients in apply() before the inner update.
+"""DistributedOptimizer for Keras 3 on every backend (TensorFlow, JAX, torch): wraps an inner optimizer through
+public API only, as keras.optimizers.LossScaleOptimizer does, and reduces the gradients in apply() before the inner
+update. The backend's glue (tfring.keras._backend) gives the reducer and the k-th-pass control flow.
 
 On JAX, apply() runs inside the trainer's jitted, stateless step (Optimizer.stateless_apply): the collectives are
 compiled into the step, and every state change goes through variable assignment, which the stateless scope
-records. With backward_passes_per_step > 1 the communication runs only on every k-th pass (lax.cond); the inner
-update is computed on every pass and kept only on those (a select, since a stateless scope's assignments cannot
-happen inside a branch)."""
+records. With backward_passes_per_step > 1 the communication runs only on every k-th pass."""
 import copy
+import numbers
 
 import keras
 from keras import ops
 
+from tfring.common.gradient_reducer import local_layer_variables
 from tfring.common.optimizer_delegation import InnerOptimizerDelegation
 from tfring.common.reduce_ops import Average, Sum
 from tfring.keras._backend import glue
@@ -31,20 +31,22 @@ def _compression_name(c):
 class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer):
     """Averages (op=Average) or sums (op=Sum) gradients over the ranks of process_set (default: all), then
     applies the inner optimizer. `learning_rate` and `iterations` are the inner optimizer's; on a rank outside
-    the set, or in a set of one rank, gradients are applied unreduced. Keras on JAX and torch has no sparse
-    gradients, so sparse_as_dense changes nothing there.
+    the set, or in a set of one rank, gradients are applied unreduced. Given a tf_keras (Keras 2) optimizer on the
+    TensorFlow backend, the constructor returns the tf_keras wrapper instead (`tfring.keras.tf_keras`). Keras on
+    JAX and torch has no sparse gradients, so sparse_as_dense changes nothing there. groups given as variable
+    lists, process_set and local variables are not part of get_config().
 
     Args:
         optimizer: the Keras optimizer that applies the reduced gradients (or its config dict).
         name: the wrapper's name (default "Distributed" + the inner class name).
         op: `Average` (default) or `Sum`.
         compression: `Compression.none`, `.fp16` or `.bf16` (or "none", "fp16", "bf16").
-        sparse_as_dense: accepted (no sparse gradients on these backends).
+        sparse_as_dense: turn TensorFlow's `tf.IndexedSlices` gradients into dense ones before reducing them.
         backward_passes_per_step: k > 1 accumulates k local gradients and communicates once every k steps.
         average_aggregated_gradients: with k > 1, apply the mean of the k gradients instead of their sum.
         gradient_predivide_factor: with Average, divide by this before the sum and by size/this after.
         groups: an int (that many contiguous groups) or lists of variables, one grouped allreduce each.
-        device_dense, device_sparse: accepted for Horovod compatibility (ignored).
+        device_dense, device_sparse: TensorFlow's devices for the collectives (GPU builds); elsewhere ignored.
         process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
         num_groups: deprecated spelling of an int `groups`.
         scale_local_gradients: divide local variables' gradients by the set's size (Horovod's default).
@@ -56,6 +58,13 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             Average, an unknown compression, or malformed groups.
     """
 
+    def __new__(cls, optimizer=None, *args, **kwargs):
+        # One public name for both Keras versions: a tf_keras optimizer gets the tf_keras wrapper.
+        wrapper = _glue.tf_keras_wrapper(optimizer)
+        if wrapper is not None:
+            return wrapper(optimizer, *args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, optimizer, name=None, op=Average, compression=_glue.Compression.none, sparse_as_dense=False,
                  backward_passes_per_step=1, average_aggregated_gradients=False, gradient_predivide_factor=1.0,
                  groups=None, device_dense="", device_sparse="", process_set=None, num_groups=0,
@@ -66,7 +75,8 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             raise TypeError("%s: optimizer must be a keras.optimizers.Optimizer, got %r" % (WHO, optimizer))
         if op not in (Average, Sum):
             raise ValueError("%s: op=%r must be Average or Sum" % (WHO, op))
-        if type(backward_passes_per_step) is not int or backward_passes_per_step < 1:
+        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, numbers.Integral) \
+                or backward_passes_per_step < 1:
             raise ValueError("%s: backward_passes_per_step=%r must be an int >= 1" % (WHO, backward_passes_per_step))
         if isinstance(compression, str):
             if compression not in _COMPRESSIONS:
@@ -75,15 +85,15 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         _compression_name(compression)
         reducer = _glue.GradientReducer(WHO, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
                                         gradient_predivide_factor=gradient_predivide_factor, groups=groups,
-                                        num_groups=num_groups, process_set=process_set,
-                                        scale_local_gradients=scale_local_gradients)
+                                        num_groups=num_groups, process_set=process_set, device_dense=device_dense,
+                                        device_sparse=device_sparse, scale_local_gradients=scale_local_gradients)
         kwargs.pop("learning_rate", None)
         super().__init__(learning_rate=0.0, name=name or "Distributed%s" % type(optimizer).__name__, **kwargs)
         self.inner_optimizer = optimizer
         self.op = op
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
-        self.backward_passes_per_step = backward_passes_per_step
+        self.backward_passes_per_step = int(backward_passes_per_step)
         self.average_aggregated_gradients = average_aggregated_gradients
         self.gradient_predivide_factor = gradient_predivide_factor
         self.process_set = process_set
@@ -123,24 +133,16 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         k = self.backward_passes_per_step
         for acc, g in zip(self._accumulators, grads):
             if g is not None:
-                acc.assign(acc + g)
-        self._pass_counter.assign((self._pass_counter + 1) % k)
-        update = ops.equal(self._pass_counter, 0)  # the same on every rank: each counts its own passes
-        sums = [a.value / k if self.average_aggregated_gradients else a.value for a in self._accumulators]
-        if keras.backend.backend() == "torch":  # eager: plain control flow
-            if bool(update):
-                self.inner_optimizer.apply(self._reducer.reduce(sums, variables), trainable_variables)
-                for a in self._accumulators:
-                    a.assign(ops.zeros_like(a.value))
-            return
-        reduced = ops.cond(update, lambda: self._reducer.reduce(sums, variables), lambda: sums)
-        kept = list(variables) + list(self.inner_optimizer.variables)
-        before = [v.value for v in kept]
-        self.inner_optimizer.apply(reduced, trainable_variables)
-        for v, old in zip(kept, before):
-            v.assign(ops.where(update, v.value, old))
-        for a in self._accumulators:
-            a.assign(ops.where(update, ops.zeros_like(a.value), a.value))
+                acc.assign(acc.value + _glue.dense(g))
+        self._pass_counter.assign((self._pass_counter.value + 1) % k)
+        update = ops.equal(self._pass_counter.value, 0)  # the same on every rank: each counts its own passes
+
+        def total():
+            return [a.value / k if self.average_aggregated_gradients else a.value for a in self._accumulators]
+
+        _glue.on_kth_pass(update, total, lambda grads: self._reducer.reduce(grads, variables),
+                          lambda grads: self.inner_optimizer.apply(grads, trainable_variables),
+                          list(variables) + list(self.inner_optimizer.variables), self._accumulators)
 
     def finalize_variable_values(self, var_list):
         self.inner_optimizer.finalize_variable_values(var_list)
@@ -185,20 +187,15 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     Raises:
         ValueError: a local layer is not a built Keras layer, or other arguments are malformed.
     """
-    layers = [] if local_layers is None else \
-        [local_layers] if isinstance(local_layers, keras.layers.Layer) else list(local_layers)
-    for layer in layers:
-        if not isinstance(layer, keras.layers.Layer) or not layer.built:
-            raise ValueError("tfring.keras.PartialDistributedOptimizer: local_layers must be built Keras layers; "
-                             "got %r" % (layer,))
+    local_vars = local_layer_variables("tfring.keras.PartialDistributedOptimizer", local_layers,
+                                       _glue.layer_types())
     opt = DistributedOptimizer(optimizer, name=name, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
                                gradient_predivide_factor=gradient_predivide_factor, groups=groups,
                                device_dense=device_dense, device_sparse=device_sparse, process_set=process_set,
                                scale_local_gradients=scale_local_gradients, **kwargs)
-    for v in (v for layer in layers for v in layer.trainable_weights):
+    for v in local_vars:
         opt.register_local_var(v)
     return opt
 
 
-if keras.saving.get_registered_object("tfring>DistributedOptimizer") is None:  # once per process, any backend
-    keras.saving.register_keras_serializable(package="tfring")(DistributedOptimizer)
+keras.saving.register_keras_serializable(package="tfring")(DistributedOptimizer)

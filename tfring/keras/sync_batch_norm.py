@@ -1,14 +1,17 @@
-"""SyncBatchNormalization for Keras 3 on the JAX and torch backends (TensorFlow's is
-tfring/tensorflow/sync_batch_norm.py): training-mode statistics of the global batch of every rank in a process
-set, differentiable; inference uses the moving statistics, exactly like BatchNormalization."""
+"""SyncBatchNormalization for Keras 3 on every backend (also `tfring.SyncBatchNormalization`, Horovod's
+`horovod.tensorflow.SyncBatchNormalization`): training-mode statistics of the global batch of every rank in a
+process set, differentiable; inference uses the moving statistics, exactly like BatchNormalization. With
+TF_USE_LEGACY_KERAS=1 the name is tf_keras' layer (tfring.tensorflow.tf_keras.sync_batch_norm)."""
 import keras
 from keras import ops
 
 from tfring.common.process_sets import process_set_size
 from tfring.common.reduce_ops import Sum
-from tfring.keras._backend import glue
+from tfring.common.sync_batch_norm import check_options
+from tfring.keras._backend import glue, legacy_keras
 
 
+@keras.saving.register_keras_serializable(package="tfring")
 class SyncBatchNormalization(keras.layers.BatchNormalization):
     """keras.layers.BatchNormalization whose training-mode mean and variance are computed over the global batch
     of all ranks in `process_set` (default: all ranks).
@@ -30,11 +33,7 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     """
 
     def __init__(self, fused=False, process_set=None, synchronized=False, **kwargs):
-        if fused:
-            raise ValueError("SyncBatchNormalization: fused=%r is not supported (local statistics)" % (fused,))
-        if synchronized:
-            raise ValueError("SyncBatchNormalization: synchronized=%r is tf.distribute's; tfring synchronizes"
-                             % (synchronized,))
+        check_options(fused, synchronized)
         super().__init__(**kwargs)
         self.process_set = process_set
 
@@ -56,3 +55,8 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         (m2,) = reduce([ops.sum(w * ops.square(x - ops.reshape(mean, shape)), axes)])
         variance = m2 / ops.maximum(count, 1.0)
         return ops.cast(mean, inputs.dtype), ops.cast(variance, inputs.dtype)
+
+
+
+if legacy_keras():  # tf_keras (Keras 2) has its own layer under the same name
+    from tfring.tensorflow.tf_keras.sync_batch_norm import SyncBatchNormalization  # noqa: F401,F811,E402

@@ -27,10 +27,11 @@ from tfring.tensorflow.ops import (Adasum, Average, Max, Min, Product, ReduceOp,
                                    grouped_allgather, grouped_allreduce, grouped_reducescatter,
                                    handle_average_backwards_compatibility, join, local_rank_op, local_size_op,
                                    process_set_included_op, rank_op, reducescatter, size_op)
-from tfring.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: E402
 from tfring.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: E402
 from tfring.tensorflow import elastic  # noqa: E402 (hvd.elastic, as in Horovod)
+from tfring.tensorflow import sync_batch_norm  # noqa: E402
 from tfring.version import __version__  # noqa: E402
+
 
 __all__ = [  # Horovod's horovod.tensorflow names (also `import tfring as hvd`'s)
     "Adasum", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer", "Max", "Min",
@@ -44,3 +45,9 @@ __all__ = [  # Horovod's horovod.tensorflow names (also `import tfring as hvd`'s
     "mpi_threads_supported", "nccl_built", "process_set_included_op", "rank", "rank_op", "reducescatter",
     "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline", "tunables",
     "label_tensor", "mark_step", "metrics", "straggler"]
+
+
+def __getattr__(name):
+    if name == "SyncBatchNormalization":  # the Keras layer's (see sync_batch_norm.py)
+        return sync_batch_norm.SyncBatchNormalization
+    raise AttributeError("module 'tfring.tensorflow' has no attribute %r" % (name,))

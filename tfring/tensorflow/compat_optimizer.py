@@ -99,12 +99,16 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         return _DistributedOptimizer(optimizer, name or "Distributed%s" % type(optimizer).__name__, use_locking,
                                      reducer)
     import keras
+    import importlib
 
-    from tfring.tensorflow._keras.optimizer import DistributedOptimizer as KerasDistributedOptimizer
-    from tfring.tensorflow._keras.optimizer import _is_tf_keras_optimizer
-    if not isinstance(optimizer, keras.optimizers.Optimizer) and not _is_tf_keras_optimizer(optimizer):
+    from tfring.tensorflow.tf_keras import is_tf_keras_optimizer
+    if not isinstance(optimizer, keras.optimizers.Optimizer) and not is_tf_keras_optimizer(optimizer):
         raise TypeError("%s: optimizer must be a tf.compat.v1.train.Optimizer or a Keras optimizer, got %r"
                         % (WHO, optimizer))
+    # Horovod's horovod.tensorflow.DistributedOptimizer hands Keras optimizers to its Keras layer too: the one
+    # Keras DistributedOptimizer (tfring.keras, which returns the tf_keras wrapper for a tf_keras optimizer) is
+    # reached by name, as `import tfring` reaches tfring.tensorflow, since a binding imports no layer above it.
+    KerasDistributedOptimizer = importlib.import_module("tfring.keras.optimizer").DistributedOptimizer
     return KerasDistributedOptimizer(
         optimizer, name=name, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
         backward_passes_per_step=backward_passes_per_step, average_aggregated_gradients=average_aggregated_gradients,

@@ -5,10 +5,8 @@ import sys
 import tensorflow as tf
 
 from tfring.tensorflow.compression import Compression
-from tfring.common import gradient_groups
-from tfring.common.gradient_groups import communicates
+from tfring.common import gradient_reducer
 from tfring.common.overlap import overlap_gradients
-from tfring.common.process_sets import process_set_size
 from tfring.tensorflow.ops import Average, allreduce, grouped_allreduce
 from tfring.tensorflow import _labels
 
@@ -32,131 +30,33 @@ def _is_variable(v):
     return isinstance(v, tf.Variable) or isinstance(getattr(v, "_value", None), tf.Variable)
 
 
-def check_groups(who, groups, num_groups):
-    """`tfring.common.gradient_groups.check_groups` for TensorFlow variables.
-
-    Args:
-        who: the caller's name, for messages.
-        groups: None, an int >= 1, or a list of lists of variables.
-        num_groups: the deprecated int (0: unset).
-
-    Returns:
-        None, an int >= 1, or a list of lists of variables.
-
-    Raises:
-        ValueError: the arguments are malformed, or a variable is listed twice.
-    """
-    return gradient_groups.check_groups(who, groups, num_groups, _is_variable, var_key)
-
-
-def local_layer_variables(who, local_layers):
-    """The trainable variables of local_layers.
-
-    Args:
-        who: the caller's name, for messages.
-        local_layers: a built Keras layer, a list of them, or None.
-
-    Returns:
-        list: their trainable variables.
-
-    Raises:
-        ValueError: something is not a Keras layer, or a layer is not built.
-    """
-    if local_layers is None:
-        return []
+def layer_types():
+    """The Keras layer base classes in use: Keras 3's, and tf_keras' once something imported it."""
     import keras
-    layer_types = (keras.layers.Layer,) + ((sys.modules["tf_keras"].layers.Layer,) if "tf_keras" in sys.modules
-                                           else ())
-    if isinstance(local_layers, layer_types):
-        local_layers = [local_layers]
-    local_layers = list(local_layers)
-    for layer in local_layers:
-        if not isinstance(layer, layer_types):
-            raise ValueError("%s: local_layers must be Keras layers; got %r" % (who, layer))
-        if not layer.built:
-            raise ValueError("%s: local layer %r is not built yet, so it has no variables to keep local; build "
-                             "the model first" % (who, layer.name))
-    return [v for layer in local_layers for v in layer.trainable_weights]
+    return (keras.layers.Layer,) + ((sys.modules["tf_keras"].layers.Layer,) if "tf_keras" in sys.modules else ())
 
 
-class GradientReducer:
-    """Reduces gradients over the ranks of process_set, except those of registered local variables, which stay
-    local (divided by the process set's size when scale_local_gradients, as in Horovod).
+class GradientReducer(gradient_reducer.GradientReducer):
+    """`tfring.common.gradient_reducer.GradientReducer` over TensorFlow's ops: `tf.IndexedSlices` gradients
+    (densified with sparse_as_dense), and in a graph one op per gradient where overlap pays.
 
     Args:
-        who: the owner's name, for messages.
-        op, compression, sparse_as_dense, gradient_predivide_factor: as for `DistributedGradientTape`.
+        who, op, compression, sparse_as_dense, gradient_predivide_factor: as for `DistributedGradientTape`.
         groups, num_groups, process_set, device_dense, device_sparse, scale_local_gradients: the same.
-
-    Raises:
-        ValueError: gradient_predivide_factor with an op other than Average, or malformed groups.
     """
 
-    def __init__(self, who, op=Average, compression=Compression.none, sparse_as_dense=False,
-                 gradient_predivide_factor=1.0, groups=None, num_groups=0, process_set=None, device_dense="",
-                 device_sparse="", scale_local_gradients=True):
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("%s: gradient_predivide_factor=%r needs op=Average" % (who, gradient_predivide_factor))
-        self.who = who
-        self.op, self.compression, self.sparse_as_dense = op, compression, sparse_as_dense
-        self.predivide = gradient_predivide_factor
-        self.groups = check_groups(who, groups, num_groups)
-        self.process_set = process_set
-        self.devices = (device_dense, device_sparse)
-        self.scale_local_gradients = scale_local_gradients
-        self.local = {}  # var_key -> variable (kept alive so an id() key stays valid)
+    var_key = staticmethod(var_key)
+    is_variable = staticmethod(_is_variable)
 
-    def register_local(self, var):
-        """Keeps var's gradient local.
+    def __init__(self, who, op=Average, compression=Compression.none, *args, **kwargs):
+        super().__init__(who, op, compression, *args, **kwargs)
 
-        Args:
-            var: a variable.
-        """
-        self.local[var_key(var)] = var
-
-    def is_local(self, var):
-        """Whether var was registered as local.
-
-        Args:
-            var: a variable.
-
-        Returns:
-            bool
-        """
-        return var_key(var) in self.local
-
-    def _split(self, present, keys):
-        """Index lists, one per grouped allreduce."""
-        return gradient_groups.split_groups(self.who, self.groups, present, keys, var_key)
-
-    def reduce(self, grads, variables=None):
-        """Reduces the gradients. On a rank outside the process set, or in a set of one rank, they come back
-        unchanged (as in Horovod).
-
-        Args:
-            grads: a flat list of gradients (None stays None).
-            variables: the matching variables, or None (then none is local, and list groups cannot apply).
-
-        Returns:
-            list: the reduced gradients, in order.
-
-        Raises:
-            ValueError: groups given as variable lists but no variables.
-        """
-        grads = list(grads)
-        if not communicates(self.process_set):
-            return grads
-        keys = [var_key(v) for v in variables] if variables is not None else None
-        local = set(i for i in range(len(grads)) if keys is not None and keys[i] in self.local)
-        present = [i for i, g in enumerate(grads) if g is not None and i not in local]
-        pre, post = (1.0 / self.predivide, self.predivide) if self.op == Average else (1.0, 1.0)
-        out = list(grads)
-        kw = dict(op=self.op, compression=self.compression, prescale_factor=pre, postscale_factor=post,
-                  process_set=self.process_set, device_dense=self.devices[0], device_sparse=self.devices[1])
+    def _reduce_present(self, grads, present, keys, variables, kwargs):
+        kw = dict(kwargs, device_dense=self.devices[0], device_sparse=self.devices[1])
         dense = lambda g: (tf.convert_to_tensor(g) if self.sparse_as_dense  # noqa: E731
                            and isinstance(g, tf.IndexedSlices) else g)
-        graph = self.groups is None and not tf.executing_eagerly()
-        if graph and overlap_gradients():
+        out = {}
+        if self.groups is None and not tf.executing_eagerly() and overlap_gradients():
             # In a graph, one op per gradient (as Horovod): each starts as soon as backprop produces its
             # gradient, overlapping communication with the rest of backprop; the core still fuses those that
             # are ready in the same cycle. Only where overlap pays (tfring.common.overlap): with one core per
@@ -164,26 +64,20 @@ class GradientReducer:
             for i in present:
                 with _labels.given([_labels.of_variable(variables[i])] if variables is not None else None):
                     out[i] = allreduce(dense(grads[i]), **kw)
-        else:
-            # Eagerly, one grouped op runs every allreduce at once (separate eager ops would run one by one); in a
-            # graph where overlap does not pay, it runs after backprop without competing with it.
-            for idx in self._split(present, keys):
-                labels = [_labels.of_variable(variables[i]) for i in idx] if variables is not None else None
-                with _labels.given(labels):
-                    reduced = grouped_allreduce([dense(grads[i]) for i in idx], **kw)
-                for i, r in zip(idx, reduced):
-                    out[i] = r
-        n = process_set_size(self.process_set)
-        if self.scale_local_gradients:
-            # Horovod divides local gradients by the set's size too (horovod pull 3695), so a local variable
-            # moves at the same scale as the averaged global ones.
-            for i in local:
-                g = grads[i]
-                if isinstance(g, tf.IndexedSlices):
-                    out[i] = tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices, g.dense_shape)
-                elif g is not None:
-                    out[i] = g / tf.cast(n, g.dtype)
+            return out
+        # Eagerly, one grouped op runs every allreduce at once (separate eager ops would run one by one); in a
+        # graph where overlap does not pay, it runs after backprop without competing with it.
+        for idx in self.split(present, keys):
+            labels = [_labels.of_variable(variables[i]) for i in idx] if variables is not None else None
+            with _labels.given(labels):
+                reduced = grouped_allreduce([dense(grads[i]) for i in idx], **kw)
+            out.update(zip(idx, reduced))
         return out
+
+    def _scaled(self, grad, n):
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices, grad.dense_shape)
+        return grad / tf.cast(n, grad.dtype)
 
 
 class _DistributedGradientTape(tf.GradientTape):
@@ -262,7 +156,8 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
     Raises:
         ValueError: a local layer is not a built Keras layer, or other arguments are malformed.
     """
-    local_vars = local_layer_variables("tfring.PartialDistributedGradientTape", local_layers)
+    local_vars = gradient_reducer.local_layer_variables("tfring.PartialDistributedGradientTape", local_layers,
+                                                        layer_types())
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
                                    gradient_predivide_factor, num_groups, groups, process_set,
                                    scale_local_gradients)

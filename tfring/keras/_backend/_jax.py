@@ -4,13 +4,30 @@ import functools
 
 import jax.numpy as jnp
 import numpy as np
+from keras import ops
 
 import tfring.jax as binding  # noqa: F401 (the backend's binding, read by tfring.keras)
 from tfring.jax.compression import Compression  # noqa: F401
 from tfring.keras import _reducer
-from tfring.keras._reducer import var_key  # noqa: F401
+from tfring.keras._backend._eager_defaults import dense, layer_types, tf_keras_wrapper  # noqa: F401
 
 GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=binding.grouped_allreduce)
+var_key = id  # Keras 3 variables of this backend are plain objects
+
+EXPORTS_WHOLE_BINDING = False  # tfring.keras re-exports every name of the binding (as Horovod), else the shared ones
+
+
+def on_kth_pass(update, total, reduce, apply, kept, accumulators):
+    """backward_passes_per_step inside the jitted, stateless step: the reduction runs under lax.cond (only the
+    k-th pass communicates); the inner update is computed on every pass and kept only on the k-th (a select: a
+    stateless scope's assignments cannot happen inside a branch)."""
+    reduced = ops.cond(update, lambda: reduce(total()), total)
+    before = [v.value for v in kept]
+    apply(reduced)
+    for v, old in zip(kept, before):
+        v.assign(ops.where(update, v.value, old))
+    for a in accumulators:
+        a.assign(ops.where(update, ops.zeros_like(a.value), a.value))
 
 
 def to_native(value):

@@ -1,7 +1,8 @@
 """TensorFlow and Keras states (Horovod's `TensorFlowState`, `TensorFlowKerasState`): variables kept as host
 copies at each commit, assigned back on a rollback, broadcast from rank 0 on `sync()`."""
 from tfring.common.elastic import state as _state
-from tfring.tensorflow.functions import broadcast_object
+from tfring.common.elastic.variables_state import VariablesState
+from tfring.tensorflow.functions import broadcast_object, broadcast_variables
 
 
 def _bcast_object(obj):
@@ -32,12 +33,7 @@ class ObjectState(_state.ObjectState):
     _default_bcast_object = staticmethod(_bcast_object)
 
 
-def _optimizer_variables(optimizer):
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
-
-
-class TensorFlowState(ObjectState):
+class TensorFlowState(VariablesState):
     """A list of `tf.Variable`s (plus `ObjectState` attributes) committed, rolled back and synced together.
 
     Args:
@@ -49,53 +45,21 @@ class TensorFlowState(ObjectState):
         ValueError: a session was given.
     """
 
+    _default_bcast_object = staticmethod(_bcast_object)
+
     def __init__(self, variables=None, session=None, **kwargs):
         if session is not None:
             raise ValueError("tfring.tensorflow.elastic.TensorFlowState: session=%r: TF1 sessions are not supported; "
                              "pass variables in TF2 eager mode" % (session,))
-        self.variables = list(variables or [])
-        self._values = None
-        super().__init__(**kwargs)
-        self._save_variables()
+        super().__init__(variables=variables, **kwargs)
 
-    def _tracked(self):
-        return self.variables
-
-    def _save_variables(self):
-        self._values = [v.numpy().copy() for v in self._tracked()]
-
-    def save(self):
-        self._save_variables()
-        super().save()
-
-    def restore(self):
-        for v, value in zip(self._tracked(), self._values or []):
-            v.assign(value)
-        super().restore()
-
-    def _snapshot(self):
-        return dict(super()._snapshot(), values=self._values)
-
-    def _load_snapshot(self, snapshot):
-        super()._load_snapshot(snapshot)
-        self._values = snapshot["values"]
-
-    def sync(self):
-        from tfring.tensorflow.functions import broadcast_variables
-        self._resume_after_restart()
-        tracked = self._tracked()
-        if tracked:
-            broadcast_variables(tracked, root_rank=0)
-        self._save_variables()
-        super().sync()
+    def _broadcast(self, variables):
+        broadcast_variables(variables, root_rank=0)
 
 
 class TensorFlowKerasState(TensorFlowState):
-    """A Keras model and its optimizer (Keras 3 or tf_keras), plus `ObjectState` attributes.
-
-    The optimizer is built before the first sync so a rank that joins holds the same variables (slots,
-    iterations) as the others. After a reset the model's compiled train/test/predict functions are dropped so
-    they are traced again for the new number of ranks.
+    """A Keras model and its optimizer (Keras 3 or tf_keras), plus `ObjectState` attributes. The Keras layer's
+    `tfring.keras.elastic.KerasState` is this state on the TensorFlow backend.
 
     Args:
         model: the Keras model.
@@ -105,24 +69,4 @@ class TensorFlowKerasState(TensorFlowState):
     """
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
-        self.model = model
-        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
-        super().__init__(**kwargs)
-
-    def _build_optimizer(self):
-        opt = self.optimizer
-        if opt is not None and hasattr(opt, "build") and not getattr(opt, "built", False):  # tf_keras: no `built`
-            opt.build(self.model.trainable_variables)
-
-    def _tracked(self):
-        self._build_optimizer()
-        variables = list(self.model.variables)
-        if self.optimizer is not None:
-            seen = {id(v) for v in variables}
-            variables += [v for v in _optimizer_variables(self.optimizer) if id(v) not in seen]
-        return variables
-
-    def reset(self):
-        for attr in ("train_function", "test_function", "predict_function"):
-            if getattr(self.model, attr, None) is not None:
-                setattr(self.model, attr, None)
+        VariablesState.__init__(self, model=model, optimizer=optimizer, **kwargs)

@@ -7,7 +7,7 @@ import tensorflow as tf
 import tf_keras
 
 from tfring.tensorflow.compression import Compression
-from tfring.tensorflow._keras.aggregation import GradientAggregator, check_passes
+from tfring.tensorflow.tf_keras.aggregation import GradientAggregator, check_passes
 from tfring.common.optimizer_delegation import InnerOptimizerDelegation
 from tfring.tensorflow.ops import Average, Sum
 from tfring.tensorflow.tape import GradientReducer

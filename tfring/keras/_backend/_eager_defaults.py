@@ -1,0 +1,17 @@
+"""What the JAX and torch glue share: no tf_keras, dense gradients, Keras 3's layers only."""
+import keras
+
+
+def tf_keras_wrapper(optimizer):
+    """tf_keras exists only on the TensorFlow backend."""
+    return None
+
+
+def dense(grad):
+    """Gradients are dense on this backend."""
+    return grad
+
+
+def layer_types():
+    """The Keras layer base class."""
+    return (keras.layers.Layer,)
