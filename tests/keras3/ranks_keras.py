@@ -231,6 +231,26 @@ def test_save_load_resumes(tmp_path):
     assert weights_equal_everywhere(loaded)
 
 
+def test_plain_keras_load_model_knows_every_tfring_class(tmp_path):
+    # Each tfring Keras class is registered once, on every backend: keras.models.load_model needs no
+    # custom_objects for a model holding a SyncBatchNormalization layer and a DistributedOptimizer.
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), hvd.SyncBatchNormalization(momentum=0.5),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2),
+                  loss="mse")
+    x, y = data(2, B)
+    model.fit(x, y, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    path = os.path.join(str(tmp_path), "sbn_rank%d.keras" % R)
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert type(loaded.layers[1]) is hvd.SyncBatchNormalization and loaded.layers[1].momentum == 0.5
+    assert type(loaded.optimizer) is hvd.DistributedOptimizer
+    assert loaded.optimizer.backward_passes_per_step == 2
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_best_checkpoint_written_by_rank_zero_only(tmp_path):
     # Each rank names its own folder (tmp_path differs per rank): a rank that wrote would leave files in its own.
     own = os.path.join(str(tmp_path), "ckpt_rank%d" % R)
@@ -244,5 +264,4 @@ def test_best_checkpoint_written_by_rank_zero_only(tmp_path):
         assert not os.path.exists(own) or os.listdir(own) == [], os.listdir(own)
     else:
         assert sorted(os.listdir(own)) == ["best.keras"]  # no temp files left
-        keras.models.load_model(os.path.join(own, "best.keras"),
-                                custom_objects={"DistributedOptimizer": hvd.DistributedOptimizer})
+        keras.models.load_model(os.path.join(own, "best.keras"))

@@ -2,12 +2,13 @@
 print_msg: the callbacks' messages go through that Keras' own messaging, so
 `keras.config.disable_interactive_logging()` (tf_keras: `tf_keras.utils.disable_interactive_logging()`) sends
 them to absl logging instead of stdout, as it does for Keras' own callbacks."""
-import os
 import sys
 
 from absl import logging
 
-if os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true"):
+from tfring.keras._backend import legacy_keras
+
+if legacy_keras():
     from tf_keras.callbacks import Callback  # noqa: F401
     from tf_keras.utils import is_interactive_logging_enabled
     _KERAS_SRC = "tf_keras.src.utils.io_utils"

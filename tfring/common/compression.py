@@ -33,3 +33,79 @@ class Compressor:
 
 class NoneCompressor(Compressor):
     """No compression (the default): tensors travel as they are."""
+
+
+class CastCompressor(Compressor):
+    """Floating tensors travel as `wire_dtype`, back to their dtype after; other dtypes (integers, bool) and
+    tensors already of `wire_dtype` as they are. A binding gives `is_floating(tensor)` and `cast(tensor, dtype)`
+    (static) and the wire dtypes; the rule is this one for every binding.
+
+    Attributes:
+        wire_dtype: the framework's 16-bit float dtype.
+    """
+
+    wire_dtype = None
+
+    @staticmethod
+    def is_floating(tensor):
+        """Whether the tensor's dtype is a floating one."""
+        raise NotImplementedError
+
+    @staticmethod
+    def cast(tensor, dtype):
+        """The tensor in dtype."""
+        raise NotImplementedError
+
+    @classmethod
+    def compress(cls, tensor):
+        """Casts a floating tensor of another dtype to `wire_dtype`.
+
+        Args:
+            tensor: the tensor to send (concrete or traced).
+
+        Returns:
+            tuple: (the cast tensor, its original dtype), or (tensor, None) when it is not cast.
+        """
+        if cls.is_floating(tensor) and tensor.dtype != cls.wire_dtype:
+            return cls.cast(tensor, cls.wire_dtype), tensor.dtype
+        return tensor, None
+
+    @classmethod
+    def decompress(cls, tensor, ctx):
+        """Casts back to the original dtype.
+
+        Args:
+            tensor: the collective's result.
+            ctx: the original dtype, or None (left as it is).
+
+        Returns:
+            The tensor in its original dtype.
+        """
+        return cls.cast(tensor, ctx) if ctx is not None else tensor
+
+
+def compressions(is_floating, cast, fp16, bf16=None):
+    """A binding's compressors and its `Compression` namespace (Horovod's names): float16 and, where the
+    framework has it, bfloat16 casts on the wire.
+
+    Args:
+        is_floating: `is_floating(tensor)` of the framework.
+        cast: `cast(tensor, dtype)` of the framework.
+        fp16: the framework's float16 dtype.
+        bf16: its bfloat16 dtype, or None.
+
+    Returns:
+        tuple: (FP16Compressor, BF16Compressor or None, Compression).
+    """
+    hooks = {"is_floating": staticmethod(is_floating), "cast": staticmethod(cast)}
+    fp16_cls = type("FP16Compressor", (CastCompressor,), dict(
+        hooks, wire_dtype=fp16, __doc__="Floating tensors travel as float16 (half the bytes of float32; less range "
+                                        "and precision)."))
+    bf16_cls = None if bf16 is None else type("BF16Compressor", (CastCompressor,), dict(
+        hooks, wire_dtype=bf16, __doc__="Floating tensors travel as bfloat16 (float32's range, 8 bits of mantissa)."))
+    members = {"none": NoneCompressor, "fp16": fp16_cls, "__doc__": "The compressions for `compression=` of the "
+               "collectives and optimizers (Horovod's names): `Compression.none` (default), `.fp16`%s." % (
+                   "" if bf16 is None else ", `.bf16`")}
+    if bf16_cls is not None:
+        members["bf16"] = bf16_cls
+    return fp16_cls, bf16_cls, type("Compression", (), members)

@@ -9,31 +9,8 @@ from tfring.common.elastic.variables_state import VariablesState
 from tfring.keras._backend import glue
 
 
-def _bcast_object(obj):
-    return glue().binding.broadcast_object(obj, root_rank=0, name="tfring.keras.elastic.state")
-
-
-class State(_state.State):
-    """Horovod's `State` base class, broadcasting with the backend binding's `broadcast_object`.
-
-    Args:
-        bcast_object: how an object travels from rank 0 (default: the binding's `broadcast_object`).
-        get_rank: accepted for Horovod compatibility (unused).
-    """
-
-    _default_bcast_object = staticmethod(_bcast_object)
-
-
-class ObjectState(_state.ObjectState):
-    """Plain Python attributes committed, rolled back and synced (`ObjectState(epoch=0)` gives `state.epoch`).
-
-    Args:
-        bcast_object: how an object travels from rank 0 (default: the binding's `broadcast_object`).
-        get_rank: accepted for Horovod compatibility (unused).
-        **kwargs: the attributes and their initial values.
-    """
-
-    _default_bcast_object = staticmethod(_bcast_object)
+State, ObjectState = _state.binding_states(
+    "tfring.keras", lambda obj, **kwargs: glue().binding.broadcast_object(obj, **kwargs), __name__)
 
 
 class KerasState(VariablesState):
@@ -51,7 +28,7 @@ class KerasState(VariablesState):
         **kwargs: plain attributes, as `ObjectState`.
     """
 
-    _default_bcast_object = staticmethod(_bcast_object)
+    _default_bcast_object = staticmethod(ObjectState._default_bcast_object)
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         super().__init__(model=model, optimizer=optimizer, **kwargs)

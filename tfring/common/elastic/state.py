@@ -154,3 +154,28 @@ class ObjectState(State):
     def _set_attrs(self):
         for k, v in self._saved_state.items():
             setattr(self, k, copy.deepcopy(v))
+
+
+def binding_states(binding, broadcast_object, module):
+    """A binding's `State` and `ObjectState` (Horovod gives each framework its own): the classes above whose
+    default `bcast_object` is the binding's `broadcast_object`, so every binding writes them once, here.
+
+    Args:
+        binding: the binding's name, for the docs and the collective's name (e.g. "tfring.torch").
+        broadcast_object: the binding's `broadcast_object(obj, root_rank=0, name=...)`.
+        module: the module that exports them (their `__module__`).
+
+    Returns:
+        tuple: (State, ObjectState).
+    """
+    def bcast(obj):
+        return broadcast_object(obj, root_rank=0, name=binding + ".elastic.state")
+
+    how = "broadcasting with `%s.broadcast_object`" % binding
+    made = []
+    for base in (State, ObjectState):
+        doc = "%s %s (the default `bcast_object`).\n\n%s" % (
+            base.__doc__.split("\n")[0], how, base.__doc__.split("\n\n", 1)[1] if "\n\n" in base.__doc__ else "")
+        made.append(type(base.__name__, (base,), {"_default_bcast_object": staticmethod(bcast), "__doc__": doc,
+                                                  "__module__": module, "__qualname__": base.__name__}))
+    return tuple(made)

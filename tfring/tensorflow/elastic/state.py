@@ -5,32 +5,7 @@ from tfring.common.elastic.variables_state import VariablesState
 from tfring.tensorflow.functions import broadcast_object, broadcast_variables
 
 
-def _bcast_object(obj):
-    return broadcast_object(obj, root_rank=0, name="tfring.tensorflow.elastic.state")
-
-
-class State(_state.State):
-    """Horovod's `State` base class, broadcasting with `tfring.tensorflow.broadcast_object`.
-
-    Args:
-        bcast_object: how an object travels from rank 0 (default `tfring.tensorflow.broadcast_object`).
-        get_rank: accepted for Horovod compatibility (unused).
-    """
-
-    _default_bcast_object = staticmethod(_bcast_object)
-
-
-class ObjectState(_state.ObjectState):
-    """Plain Python attributes committed, rolled back and synced (`ObjectState(epoch=0)` gives `state.epoch`),
-    broadcasting with `tfring.tensorflow.broadcast_object`.
-
-    Args:
-        bcast_object: how an object travels from rank 0 (default `tfring.tensorflow.broadcast_object`).
-        get_rank: accepted for Horovod compatibility (unused).
-        **kwargs: the attributes and their initial values.
-    """
-
-    _default_bcast_object = staticmethod(_bcast_object)
+State, ObjectState = _state.binding_states("tfring.tensorflow", broadcast_object, __name__)
 
 
 class TensorFlowState(VariablesState):
@@ -45,7 +20,7 @@ class TensorFlowState(VariablesState):
         ValueError: a session was given.
     """
 
-    _default_bcast_object = staticmethod(_bcast_object)
+    _default_bcast_object = staticmethod(ObjectState._default_bcast_object)
 
     def __init__(self, variables=None, session=None, **kwargs):
         if session is not None:

@@ -10,32 +10,8 @@ from tfring.torch.elastic.sampler import ElasticSampler
 from tfring.torch.functions import broadcast_object
 
 
-def _bcast_object(obj):
-    return broadcast_object(obj, root_rank=0, name="tfring.torch.elastic.state")
-
-
-class State(_state.State):
-    """Horovod's `State` base class, broadcasting with `tfring.torch.broadcast_object` (no TensorFlow needed).
-
-    Args:
-        bcast_object: how an object travels from rank 0 (default `tfring.torch.broadcast_object`).
-        get_rank: accepted for Horovod compatibility (unused).
-    """
-
-    _default_bcast_object = staticmethod(_bcast_object)
-
-
-class ObjectState(_state.ObjectState):
-    """Plain Python attributes committed, rolled back and synced (`ObjectState(epoch=0)` gives `state.epoch`),
-    broadcasting with `tfring.torch.broadcast_object`.
-
-    Args:
-        bcast_object: how an object travels from rank 0 (default `tfring.torch.broadcast_object`).
-        get_rank: accepted for Horovod compatibility (unused).
-        **kwargs: the attributes and their initial values.
-    """
-
-    _default_bcast_object = staticmethod(_bcast_object)
+State, ObjectState = _state.binding_states("tfring.torch", broadcast_object, __name__)
+_bcast_object = State._default_bcast_object
 
 
 class StateHandler:
