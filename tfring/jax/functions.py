@@ -1,13 +1,12 @@
 """Pytrees and Python objects across ranks: `broadcast_parameters` (model parameters, optax states),
 `broadcast_object`, `allgather_object` (serialized with cloudpickle, as Horovod; read back with the standard
 unpickler: they come from the job's own ranks)."""
-import pickle
 
-import cloudpickle
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tfring.common import object_collectives
 from tfring.common import topology
 from tfring.common.process_sets import global_process_set
 from tfring.jax._collectives import allgather
@@ -44,14 +43,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     Returns:
         `root_rank`'s object (on the root, `obj` itself).
     """
-    name = name or "broadcast_object"
-    root = topology.rank() == root_rank
-    payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8) if root else np.zeros(0, np.uint8)
-    length = broadcast(jnp.asarray([payload.size], dtype=jnp.int32), root_rank, name=name + ".sz",
-                       process_set=process_set)
-    data = payload if root else np.zeros(int(length[0]), np.uint8)
-    data = broadcast(jnp.asarray(data), root_rank, name=name + ".t", process_set=process_set)
-    return obj if root else pickle.loads(np.asarray(data).tobytes())
+    return object_collectives.broadcast_object(
+        obj, root_rank, topology.rank(),
+        lambda a, n: np.asarray(broadcast(jnp.asarray(a), root_rank, name=n, process_set=process_set)),
+        name or "broadcast_object")
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
@@ -65,12 +60,6 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     Returns:
         list: the objects, in rank order, on every rank.
     """
-    name = name or "allgather_object"
-    payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
-    sizes = allgather(jnp.asarray([payload.size], dtype=jnp.int32), name=name + ".sz", process_set=process_set)
-    data = np.asarray(allgather(jnp.asarray(payload), name=name + ".t", process_set=process_set)).tobytes()
-    out, offset = [], 0
-    for n in np.asarray(sizes).tolist():
-        out.append(pickle.loads(data[offset:offset + n]))
-        offset += n
-    return out
+    return object_collectives.allgather_object(
+        obj, lambda a, n: np.asarray(allgather(jnp.asarray(a), name=n, process_set=process_set)),
+        name or "allgather_object")

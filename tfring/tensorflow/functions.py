@@ -3,13 +3,11 @@
 Objects are serialised with cloudpickle (lambdas, closures and classes defined in __main__ travel too, as in
 Horovod) and read back with the standard unpickler. `process_set=None` means every rank (Horovod's
 global_process_set); root ranks are global ranks."""
-import pickle
 
-import cloudpickle
 
-import numpy as np
 import tensorflow as tf
 
+from tfring.common import object_collectives
 from tfring.common.basics import rank
 from tfring.common.process_sets import _is_global, process_set_rank, process_set_size  # noqa: F401
 from tfring.tensorflow.ops import _normalize_name, allgather, broadcast
@@ -128,19 +126,10 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None
     Returns:
         `root_rank`'s object (on `root_rank`, `obj` itself).
     """
-    name = name or "broadcast_object"
-    if rank() == root_rank:
-        payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
-        length = tf.constant([payload.size], tf.int64)
-    else:
-        payload, length = None, tf.constant([0], tf.int64)
-    length = int(_to_numpy(broadcast(length, root_rank, name=name + "_len", process_set=process_set),
-                           session)[0])
-    data = tf.constant(payload) if payload is not None else tf.zeros([length], tf.uint8)
-    data = _to_numpy(broadcast(data, root_rank, name=name + "_data", process_set=process_set), session)
-    if rank() == root_rank:
-        return obj
-    return pickle.loads(data.tobytes())
+    return object_collectives.broadcast_object(
+        obj, root_rank, rank(), lambda a, n: _to_numpy(broadcast(tf.constant(a), root_rank, name=n,
+                                                                  process_set=process_set), session),
+        name or "broadcast_object")
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=None):
@@ -161,18 +150,14 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=None):
     name = name or "broadcast_object_fn"
     if tf.executing_eagerly():
         return lambda obj: broadcast_object(obj, root_rank, name=name, process_set=process_set)
-    length_in = tf.compat.v1.placeholder(tf.int64, [1], name=name + "_len_in")
-    data_in = tf.compat.v1.placeholder(tf.uint8, [None], name=name + "_data_in")
-    length_out = broadcast(length_in, root_rank, name=name + "_len", process_set=process_set)
-    data_out = broadcast(data_in, root_rank, name=name + "_data", process_set=process_set)
+    # The object collectives' two broadcasts (".sz", ".t": tfring.common.object_collectives), built once.
+    ins = {s: tf.compat.v1.placeholder(tf.uint8, [None], name=name + s + "_in") for s in (".sz", ".t")}
+    outs = {s: broadcast(ins[s], root_rank, name=name + s, process_set=process_set) for s in ins}
 
     def run(obj):
         sess = session or tf.compat.v1.get_default_session()
-        root = rank() == root_rank
-        payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8) if root else None
-        n = sess.run(length_out, {length_in: [payload.size if root else 0]})[0]
-        data = sess.run(data_out, {data_in: payload if root else np.zeros([n], np.uint8)})
-        return obj if root else pickle.loads(data.tobytes())
+        return object_collectives.broadcast_object(
+            obj, root_rank, rank(), lambda a, n: sess.run(outs[n[len(name):]], {ins[n[len(name):]]: a}), name)
     return run
 
 
@@ -188,13 +173,6 @@ def allgather_object(obj, session=None, name=None, process_set=None):
     Returns:
         list: the objects of the set's ranks, in rank order, on every rank.
     """
-    name = name or "allgather_object"
-    payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
-    sizes = _to_numpy(allgather(tf.constant([payload.size], tf.int64), name=name + "_len",
-                                process_set=process_set), session)
-    data = _to_numpy(allgather(tf.constant(payload), name=name + "_data", process_set=process_set), session)
-    out, off = [], 0
-    for n in sizes:
-        out.append(pickle.loads(data[off:off + n].tobytes()))
-        off += n
-    return out
+    return object_collectives.allgather_object(
+        obj, lambda a, n: _to_numpy(allgather(tf.constant(a), name=n, process_set=process_set), session),
+        name or "allgather_object")

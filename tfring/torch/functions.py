@@ -4,11 +4,10 @@
 Objects are serialised with cloudpickle (lambdas, closures and classes defined in __main__ travel too, as in
 Horovod) and read back with the standard unpickler: they come from the job's own ranks. Root ranks are global
 ranks, as in Horovod."""
-import pickle
 
-import cloudpickle
 import torch
 
+from tfring.common import object_collectives
 from tfring.torch.mpi_ops import allgather, broadcast_, broadcast_async_, global_process_set, rank, synchronize
 
 
@@ -155,15 +154,11 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     Returns:
         `root_rank`'s object (on `root_rank`, `obj` itself).
     """
-    name = name or "broadcast_object"
-    root = rank() == root_rank
-    payload = cloudpickle.dumps(obj) if root else b""
-    length = torch.tensor([len(payload)], dtype=torch.int64)
-    broadcast_(length, root_rank, name=name + ".sz", process_set=process_set)
-    data = (torch.frombuffer(bytearray(payload), dtype=torch.uint8) if root
-            else torch.empty(int(length[0]), dtype=torch.uint8))
-    broadcast_(data, root_rank, name=name + ".t", process_set=process_set)
-    return obj if root else pickle.loads(data.numpy().tobytes())
+    def bcast(array, n):
+        tensor = torch.from_numpy(array.copy())
+        broadcast_(tensor, root_rank, name=n, process_set=process_set)
+        return tensor.numpy()
+    return object_collectives.broadcast_object(obj, root_rank, rank(), bcast, name or "broadcast_object")
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
@@ -177,12 +172,6 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     Returns:
         list: the objects of the set's ranks, in rank order, on every rank.
     """
-    name = name or "allgather_object"
-    payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=name + ".sz", process_set=process_set)
-    data = allgather(payload, name=name + ".t", process_set=process_set).numpy().tobytes()
-    out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(pickle.loads(data[offset:offset + n]))
-        offset += n
-    return out
+    return object_collectives.allgather_object(
+        obj, lambda a, n: allgather(torch.from_numpy(a.copy()), name=n, process_set=process_set).numpy(),
+        name or "allgather_object")
