@@ -6,8 +6,13 @@ import ctypes
 from tfring.common import library as _lib
 from tfring.common import process_sets as ps_mod
 from tfring.common.elastic import membership
+from tfring.common import topology as _topology
 from tfring.common.topology import *  # noqa: F401,F403 (rank, size, ...: Horovod has them beside init)
 from tfring.common.topology import is_initialized
+
+# Horovod's basics, listed once: every binding (and tfring.keras) re-exports exactly these with
+# `from tfring.common.basics import *`.
+__all__ = ["init", "shutdown", "start_timeline", "stop_timeline"] + list(_topology.__all__)
 
 _atexit_registered = False
 

@@ -13,10 +13,7 @@ same runtime as the other bindings (no TensorFlow needed).
         return optax.apply_updates(params, updates), opt_state
 """
 from tfring.common import basics as _basics
-from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
-                                  gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
-                                  mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
-                                  start_timeline, stop_timeline)
+from tfring.common.basics import *  # noqa: F401,F403 (Horovod's basics: init, rank, size, ..., listed there)
 from tfring.common.monitor import label_tensor, mark_step, metrics, straggler  # noqa: F401
 from tfring.common.errors import HorovodInternalError  # noqa: F401
 from tfring.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401

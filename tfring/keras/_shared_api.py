@@ -1,15 +1,14 @@
 """What tfring.keras takes from the backend's binding: the names every binding shares (Horovod's basics, reduce
 ops, process sets, compression, object collectives, join/barrier); on TensorFlow every name of tfring.tensorflow
 (as horovod.tensorflow.keras re-exports horovod.tensorflow), the Keras layer's own names set after these."""
+from tfring.common import basics
 from tfring.keras._backend import glue
 
 _binding = glue().binding
-_NAMES = ("init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
-          "cross_size", "is_homogeneous", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
-          "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "start_timeline",
-          "stop_timeline", "join", "barrier", "Average", "Sum", "Adasum", "Min", "Max", "Product", "ProcessSet",
-          "global_process_set", "add_process_set", "remove_process_set", "Compression", "broadcast_object",
-          "allgather_object", "HorovodInternalError", "HostsUpdatedInterrupt")
+_NAMES = tuple(basics.__all__) + (
+    "join", "barrier", "Average", "Sum", "Adasum", "Min", "Max", "Product", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set", "Compression", "broadcast_object", "allgather_object",
+    "HorovodInternalError", "HostsUpdatedInterrupt")
 __all__ = [n for n in (_binding.__all__ if glue().EXPORTS_WHOLE_BINDING else _NAMES)
            if hasattr(_binding, n) and n != "elastic"]
 globals().update({n: getattr(_binding, n) for n in __all__})

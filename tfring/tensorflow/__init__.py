@@ -7,10 +7,8 @@ hvd`, which loads this module on first use.
 Importing it loads TensorFlow and tfring's op library (checked against the installed TensorFlow) and registers
 the collectives' gradients, as Horovod's import does.
 """
-from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
-                                  gloo_enabled, init, is_homogeneous, is_initialized, knob_table, local_rank,
-                                  local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
-                                  rocm_built, shutdown, size, start_timeline, stop_timeline, tunables)
+from tfring.common import basics as _basics
+from tfring.common.basics import *  # noqa: F401,F403 (Horovod's basics: init, rank, size, ..., listed there)
 from tfring.common.monitor import label_tensor, mark_step, metrics, straggler  # noqa: F401
 from tfring.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from tfring.tensorflow import _library
@@ -33,18 +31,15 @@ from tfring.tensorflow import sync_batch_norm  # noqa: E402
 from tfring.version import __version__  # noqa: E402
 
 
-__all__ = [  # Horovod's horovod.tensorflow names (also `import tfring as hvd`'s)
+__all__ = list(_basics.__all__) + [  # Horovod's horovod.tensorflow names (also `import tfring as hvd`'s)
     "Adasum", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer", "Max", "Min",
     "PartialDistributedGradientTape", "ProcessSet", "Product", "ReduceOp", "Sum", "SyncBatchNormalization",
-    "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast",
-    "broadcast_", "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables",
-    "ccl_built", "check_num_rank_power_of_2", "cross_rank", "cross_size", "cuda_built", "ddl_built", "elastic",
-    "global_process_set", "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce",
-    "grouped_reducescatter", "handle_average_backwards_compatibility", "init", "is_homogeneous", "is_initialized",
-    "join", "knob_table", "local_rank", "local_rank_op", "local_size", "local_size_op", "mpi_built", "mpi_enabled",
-    "mpi_threads_supported", "nccl_built", "process_set_included_op", "rank", "rank_op", "reducescatter",
-    "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline", "tunables",
-    "label_tensor", "mark_step", "metrics", "straggler"]
+    "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
+    "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables",
+    "check_num_rank_power_of_2", "elastic", "global_process_set", "grouped_allgather", "grouped_allreduce",
+    "grouped_reducescatter", "handle_average_backwards_compatibility", "join", "local_rank_op", "local_size_op",
+    "process_set_included_op", "rank_op", "reducescatter", "remove_process_set", "size_op", "label_tensor", "mark_step",
+    "metrics", "straggler"]
 
 
 def __getattr__(name):

@@ -6,10 +6,7 @@ uses too (one per process).
 """
 # init/shutdown are tfring.common.basics' own: every shutdown (an elastic reset too) clears this binding's handles and
 # restarts its names through basics' shutdown hook (tfring/torch/_handles.py).
-from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
-                           init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                           mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size, start_timeline,
-                           stop_timeline)
+from tfring.common.basics import *  # noqa: F401,F403 (Horovod's basics: init, rank, size, ..., listed there)
 from tfring.common.errors import HorovodInternalError  # noqa: F401
 from tfring.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 from tfring.torch import _handles as _h
