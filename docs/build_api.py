@@ -272,7 +272,10 @@ def build_html(output_dir):
     pdoc.render.configure(docformat="google", show_source=False,
                           footer_text="tfring %s" % tfring.__version__)
     for name, names in PAGE_MEMBERS.items():  # pdoc lists a module's __all__; these re-export without one
-        importlib.import_module(name).__all__ = names
+        module = importlib.import_module(name)
+        module.__all__ = names
+        for member in names:  # names a module gives on first use (PEP 562 __getattr__): pdoc reads __dict__
+            setattr(module, member, getattr(module, member))
     # tfring's __all__ lists one submodule (elastic), so pdoc walks only that one below it; name the others.
     # Left out: private modules and the files the callbacks and the Keras 3 optimizer are defined in (their
     # pages would repeat tfring.callbacks and tfring.keras).

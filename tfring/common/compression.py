@@ -37,7 +37,7 @@ class NoneCompressor(Compressor):
 
 class CastCompressor(Compressor):
     """Floating tensors travel as `wire_dtype`, back to their dtype after; other dtypes (integers, bool) and
-    tensors already of `wire_dtype` as they are. A binding gives `is_floating(tensor)` and `cast(tensor, dtype)`
+    tensors already of `wire_dtype` as they are. A binding gives `_is_floating(tensor)` and `_cast(tensor, dtype)`
     (static) and the wire dtypes; the rule is this one for every binding.
 
     Attributes:
@@ -47,12 +47,12 @@ class CastCompressor(Compressor):
     wire_dtype = None
 
     @staticmethod
-    def is_floating(tensor):
+    def _is_floating(tensor):
         """Whether the tensor's dtype is a floating one."""
         raise NotImplementedError
 
     @staticmethod
-    def cast(tensor, dtype):
+    def _cast(tensor, dtype):
         """The tensor in dtype."""
         raise NotImplementedError
 
@@ -66,8 +66,8 @@ class CastCompressor(Compressor):
         Returns:
             tuple: (the cast tensor, its original dtype), or (tensor, None) when it is not cast.
         """
-        if cls.is_floating(tensor) and tensor.dtype != cls.wire_dtype:
-            return cls.cast(tensor, cls.wire_dtype), tensor.dtype
+        if cls._is_floating(tensor) and tensor.dtype != cls.wire_dtype:
+            return cls._cast(tensor, cls.wire_dtype), tensor.dtype
         return tensor, None
 
     @classmethod
@@ -81,7 +81,7 @@ class CastCompressor(Compressor):
         Returns:
             The tensor in its original dtype.
         """
-        return cls.cast(tensor, ctx) if ctx is not None else tensor
+        return cls._cast(tensor, ctx) if ctx is not None else tensor
 
 
 def compressions(is_floating, cast, fp16, bf16=None):
@@ -97,7 +97,7 @@ def compressions(is_floating, cast, fp16, bf16=None):
     Returns:
         tuple: (FP16Compressor, BF16Compressor or None, Compression).
     """
-    hooks = {"is_floating": staticmethod(is_floating), "cast": staticmethod(cast)}
+    hooks = {"_is_floating": staticmethod(is_floating), "_cast": staticmethod(cast)}
     fp16_cls = type("FP16Compressor", (CastCompressor,), dict(
         hooks, wire_dtype=fp16, __doc__="Floating tensors travel as float16 (half the bytes of float32; less range "
                                         "and precision)."))
