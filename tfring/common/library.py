@@ -110,6 +110,8 @@ def _declare(c):
     c.tfring_init.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
     c.tfring_built.argtypes = [ctypes.c_char_p]
     c.tfring_reduce_op.argtypes = [ctypes.c_char_p]
+    c.tfring_status_code.argtypes = [ctypes.c_char_p]
+    c.tfring_workers_failed_mark.restype = ctypes.c_char_p
     c.tfring_fusion_threshold.restype = ctypes.c_int64
     c.tfring_cycle_time_ms.restype = ctypes.c_double
     c.tfring_knob_table.restype = ctypes.c_char_p

@@ -15,7 +15,7 @@ import jax._src.ffi as jax_ffi_internal
 import numpy as np
 
 from tfring.common import library as _lib
-from tfring.common.errors import HorovodInternalError
+from tfring.common.errors import status_error
 from tfring.common import topology
 from tfring.common.process_sets import global_process_set, process_set_id_of, process_set_of
 
@@ -105,10 +105,5 @@ def control(op, process_set_id):
     err = ctypes.create_string_buffer(4096)
     code = _C.tfring_jax_control(op, process_set_id, ctypes.byref(result), err, len(err))
     if code != 0:
-        message = err.value.decode(errors="replace")
-        if code == 1:  # INVALID_ARGUMENT
-            raise ValueError(message)
-        if code == 6:  # WORKERS_FAILED: elastic jobs roll back on it
-            raise HorovodInternalError(message)
-        raise RuntimeError(message)
+        raise status_error(code, err.value.decode(errors="replace"))
     return result.value

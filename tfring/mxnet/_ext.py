@@ -7,12 +7,11 @@ import mxnet as mx
 
 from tfring.common import basics as _basics
 from tfring.common import library as _lib
-from tfring.common.errors import HorovodInternalError
+from tfring.common.errors import status_error
 
 
-# Core op types and status codes (tfring/cc/common/types.h, status.h).
+# Core op types (tfring/cc/common/types.h).
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = 0, 1, 2, 3, 4
-_INVALID_ARGUMENT, _WORKERS_FAILED = 1, 6
 
 
 def _load():
@@ -65,12 +64,7 @@ def check(rc):
     if rc == 0:
         return
     message = C.tfring_mxnet_last_error().decode(errors="replace")
-    code = rc - 1
-    if code == _INVALID_ARGUMENT:
-        raise InvalidArgumentError(message)
-    if code == _WORKERS_FAILED:
-        raise HorovodInternalError(message)
-    raise mx.base.MXNetError(message)
+    raise status_error(rc - 1, message, InvalidArgumentError, mx.base.MXNetError)  # rc: the core's code + 1
 
 
 class _Names:

@@ -6,6 +6,7 @@
 
 #include "env.h"
 #include "labels.h"
+#include "status.h"
 #include "runtime.h"
 #include "types.h"
 
@@ -130,5 +131,14 @@ int tfring_reduce_op(const char* name) {
     if (n == tfring::ReduceOpName(static_cast<tfring::ReduceOp>(v))) return v;
   return -1;
 }
+
+int tfring_status_code(const char* name) {
+  std::string n = name ? name : "";
+  for (int v = 0; v <= static_cast<int>(tfring::StatusCode::WORKERS_FAILED); ++v)
+    if (n == tfring::StatusCodeName(static_cast<tfring::StatusCode>(v))) return v;
+  return -1;
+}
+
+const char* tfring_workers_failed_mark() { return tfring::kWorkersFailedMark; }
 
 }  // extern "C"

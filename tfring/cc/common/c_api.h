@@ -35,6 +35,10 @@ const char* tfring_knob_table();  // "name|type|default|doc\n" rows
 // The value of the reduce op named `name` ("Average", "Sum", ...), -1 for no such op: the bindings read the
 // values from here instead of typing them again.
 int tfring_reduce_op(const char* name);
+// The value of the status code named `name` ("INVALID_ARGUMENT", "WORKERS_FAILED", ...; status.h), -1 for none.
+int tfring_status_code(const char* name);
+// How every WORKERS_FAILED message starts (kWorkersFailedMark).
+const char* tfring_workers_failed_mark();
 // Rank 0 writes the timeline (other ranks: no-op). 0 on success, else writes the message into err.
 int tfring_start_timeline(const char* path, int mark_cycles, char* err, int err_len);
 void tfring_stop_timeline();

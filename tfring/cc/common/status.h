@@ -16,6 +16,17 @@ enum class StatusCode {
   WORKERS_FAILED
 };
 
+// The names the C API gives the codes (tfring_status_code): the bindings read the values instead of typing them.
+inline const char* StatusCodeName(StatusCode c) {
+  static const char* names[] = {"OK",      "INVALID_ARGUMENT",  "PRECONDITION_ERROR", "ABORTED",
+                                "UNKNOWN", "DEADLINE_EXCEEDED", "WORKERS_FAILED"};
+  return names[static_cast<int>(c)];
+}
+
+// How every WORKERS_FAILED message starts: frameworks whose errors carry only text (TensorFlow's) are told apart
+// by it (tfring.common.errors reads it through tfring_workers_failed_mark).
+constexpr const char* kWorkersFailedMark = "tfring: a worker process failed or left the job";
+
 class Status {
  public:
   Status() = default;

@@ -133,8 +133,7 @@ Status MpiError(const char* call, int rc) {
   int len = 0;
   MPI_Error_string(rc, msg, &len);
   if (IsProcessFailure(rc))
-    return Status::WorkersFailed(std::string("tfring: a worker process failed or left the job (") + call + ": " +
-                                 std::string(msg, len) + ")");
+    return Status::WorkersFailed(std::string(kWorkersFailedMark) + " (" + call + ": " + std::string(msg, len) + ")");
   return Status::Unknown(std::string("tfring: ") + call + " failed: " + std::string(msg, len));
 }
 
@@ -220,7 +219,7 @@ Status MpiContext::Explain(const Status& s) const {
     }
     MPIX_Comm_is_revoked(comm, &revoked);  // a survivor that saw the failure revoked it
     if (n > 0 || revoked)
-      return Status::WorkersFailed("tfring: a worker process failed or left the job (" + s.message() + ")");
+      return Status::WorkersFailed(std::string(kWorkersFailedMark) + " (" + s.message() + ")");
     if (ulfm) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   } while (std::chrono::steady_clock::now() < deadline);
 #endif
