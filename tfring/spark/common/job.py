@@ -12,6 +12,29 @@ from tfring.spark.common import prepare
 from tfring.spark.common.store import LocalStore, Store
 
 
+# The estimators' shared arguments, documented once: each estimator's docstring names the block
+# ("{backend_args}") and `shared_docs` fills it in (as Keras' optimizers share their keyword docs).
+BACKEND_ARGS = """backend_env: {name: value} added to the ranks' environment.
+        backend: a `tfring.spark.common.backend.Backend` (e.g. `SparkBackend(num_proc=2, stdout=sys.stdout,
+            prefix_output_with_timestamp=True)`) that runs the ranks; it sets the number of ranks (num_proc must
+            then be left out).
+        inmemory_cache_all: accepted (True or False) for Horovod's scripts: each rank always reads its shard once
+            and holds it in memory, which is what True asks of Horovod."""
+
+
+def shared_docs(cls):
+    """Class decorator: fills the estimators' shared argument docs into cls's docstring.
+
+    Args:
+        cls: an estimator class whose docstring holds "{backend_args}".
+
+    Returns:
+        cls
+    """
+    cls.__doc__ = cls.__doc__.replace("{backend_args}", BACKEND_ARGS)
+    return cls
+
+
 def check_unsupported(owner, unsupported, given):
     """Raises for Horovod arguments tfring does not implement (unless left at their "not used" value).
 

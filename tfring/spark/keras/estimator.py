@@ -39,6 +39,7 @@ def _shape(tensor):
 
 
 @with_params(ESTIMATOR_PARAMS)
+@job.shared_docs
 class KerasEstimator(Estimator):
     """Spark Estimator that fits a Keras model to a DataFrame with tfring (Horovod's `KerasEstimator`).
 
@@ -81,12 +82,7 @@ class KerasEstimator(Estimator):
         store: a `tfring.spark.common.Store`, or a path for `Store.create` (default: a new temporary directory).
         custom_objects: {name: class or function} needed to rebuild the model, loss or metrics.
         gradient_compression: `tfring.Compression.fp16`/`.bf16` for the gradients' allreduces.
-        backend_env: {name: value} added to the ranks' environment.
-        backend: a `tfring.spark.common.backend.Backend` (e.g. `SparkBackend(num_proc=2, stdout=sys.stdout,
-            prefix_output_with_timestamp=True)`) that runs the ranks; it sets the number of ranks (num_proc must
-            then be left out).
-        inmemory_cache_all: accepted (True or False) for Horovod's scripts: each rank always reads its shard once
-            and holds it in memory, which is what True asks of Horovod.
+        {backend_args}
         **unsupported: Horovod arguments tfring does not implement (see above).
 
     Raises:

@@ -42,6 +42,7 @@ class LightningModel(TorchModel):
 
 
 @with_params(ESTIMATOR_PARAMS)
+@job.shared_docs
 class LightningEstimator(Estimator):
     """Spark Estimator that fits a LightningModule to a DataFrame with tfring (Horovod's Lightning TorchEstimator).
 
@@ -92,12 +93,7 @@ class LightningEstimator(Estimator):
         validation_steps_per_epoch: validation batches per epoch and rank (default: the whole shard).
         store: a `tfring.spark.common.Store`, or a path for `Store.create` (default: a new temporary directory).
         use_gpu: train on the GPU of each rank's local rank when torch sees one (default True; untested here).
-        backend_env: {name: value} added to the ranks' environment.
-        backend: a `tfring.spark.common.backend.Backend` (e.g. `SparkBackend(num_proc=2, stdout=sys.stdout,
-            prefix_output_with_timestamp=True)`) that runs the ranks; it sets the number of ranks (num_proc must
-            then be left out).
-        inmemory_cache_all: accepted (True or False) for Horovod's scripts: each rank always reads its shard once
-            and holds it in memory, which is what True asks of Horovod.
+        {backend_args}
         trainer_args: dict of `Trainer` arguments added to (or overriding) the estimator's.
         logger: a Lightning logger (default: Lightning's default one, in `<store>/runs/<run_id>/logs`).
         log_every_n_steps: the Trainer's logging interval (default 50).

@@ -85,6 +85,7 @@ def dry_run(owner, model, feature_cols, input_shapes, labels, units):
 
 
 @with_params(ESTIMATOR_PARAMS)
+@job.shared_docs
 class TorchEstimator(Estimator):
     """Spark Estimator that fits a torch module to a DataFrame with tfring (Horovod's `TorchEstimator`).
 
@@ -143,12 +144,7 @@ class TorchEstimator(Estimator):
         store: a `tfring.spark.common.Store`, or a path for `Store.create` (default: a new temporary directory).
         backward_passes_per_step: backward passes accumulated locally before each allreduce (default 1).
         use_gpu: train on the GPU of each rank's local rank when torch sees one (default True).
-        backend_env: {name: value} added to the ranks' environment.
-        backend: a `tfring.spark.common.backend.Backend` (e.g. `SparkBackend(num_proc=2, stdout=sys.stdout,
-            prefix_output_with_timestamp=True)`) that runs the ranks; it sets the number of ranks (num_proc must
-            then be left out).
-        inmemory_cache_all: accepted (True or False) for Horovod's scripts: each rank always reads its shard once
-            and holds it in memory, which is what True asks of Horovod.
+        {backend_args}
         **unsupported: Horovod arguments tfring does not implement (see above).
 
     Raises:
