@@ -1,6 +1,10 @@
 """tfring.common.overlap: TFRING_OVERLAP_GRADIENTS 1 / 0 decide alone; unset, empty or auto read the build and the
 job-wide CPU count agreed at init (tests/tf/ranks_init_agreement.py checks that on real ranks); a bad value is
 named."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from tfring.common import overlap
@@ -44,10 +48,14 @@ def test_auto_in_an_elastic_job_is_horovods_way(monkeypatch):
 
 
 def test_auto_before_init_says_so(monkeypatch):
-    monkeypatch.setenv(overlap.ENV, "auto")
-    monkeypatch.delenv("TFRING_ELASTIC", raising=False)
-    with pytest.raises(ValueError, match="not been initialized"):
-        overlap.overlap_gradients()
+    # In a child process: this pytest process may have initialized tfring already (size-1 tests), in any order.
+    env = dict(os.environ, **{overlap.ENV: "auto"})
+    env.pop("TFRING_ELASTIC", None)
+    code = ("from tfring.common import overlap\ntry:\n    overlap.overlap_gradients()\nexcept ValueError as e:\n"
+            "    print('raised:', e)")
+    out = subprocess.run([sys.executable, "-P", "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=60).stdout
+    assert "raised:" in out and "not been initialized" in out, out
 
 
 @pytest.mark.parametrize("value", ["sometimes", "2", "yes"])

@@ -6,9 +6,17 @@ import keras
 from keras import ops
 
 from tfring.common.process_sets import process_set_size
-from tfring.common.reduce_ops import Sum
 from tfring.common.sync_batch_norm import check_options
 from tfring.keras._backend import glue, legacy_keras
+
+
+def _gathered(stats, process_set):
+    """Every rank's stats (allgather), with the gradient of the sum of all ranks' losses: the bindings' allgather
+    gradient is Horovod's average over the ranks, so it is scaled by the set's size (the value is unchanged)."""
+    kwargs = {} if process_set is None else {"process_set": process_set}
+    gathered = glue().binding.allgather(stats, **kwargs)
+    scaled = gathered * float(process_set_size(process_set))
+    return ops.stop_gradient(gathered) + (scaled - ops.stop_gradient(scaled))
 
 
 @keras.saving.register_keras_serializable(package="tfring")
@@ -17,10 +25,11 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     of all ranks in `process_set` (default: all ranks).
 
     Every rank in the set must call the layer in training mode together. Ranks are weighted by their element
-    counts (batch sizes may differ). Two Sum allreduces per call: the counts and sums, then the squared
-    deviations from the global mean (no E[x^2] - E[x]^2 cancellation). Gradients flow back to every rank's
-    inputs (the gradient of a Sum allreduce is the Sum allreduce of the upstream gradients, as Horovod).
-    `process_set` is not saved with the layer's config.
+    counts (batch sizes may differ, a rank may have none). One allgather per call: each rank's (count, sum,
+    squared deviations from its own mean), combined with Chan et al.'s parallel formula (no E[x^2] - E[x]^2
+    cancellation). Gradients flow back to every rank's inputs as the gradient of the sum of all ranks' losses
+    (as Horovod's Sum allreduce of the statistics), so averaging gradients over ranks (DistributedOptimizer)
+    trains like one process on the global batch. `process_set` is not saved with the layer's config.
 
     Args:
         fused: must be False (Horovod's argument).
@@ -47,13 +56,17 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
                                                                     ops.shape(x))
         if mask is not None:  # masked-out values (padding, maybe inf/nan) must not reach the sums, as Keras' own
             x = ops.where(w > 0, x, ops.zeros_like(x))
-        kwargs = {} if self.process_set is None else {"process_set": self.process_set}
-        reduce = lambda ts: glue().binding.grouped_allreduce(ts, op=Sum, **kwargs)  # noqa: E731
-        count, total = reduce([ops.sum(w, axes), ops.sum(w * x, axes)])
-        mean = total / ops.maximum(count, 1.0)
+        count = ops.sum(w, axes)
+        total = ops.sum(w * x, axes)
         shape = [1 if i in axes else d for i, d in enumerate(ops.shape(x))]
-        (m2,) = reduce([ops.sum(w * ops.square(x - ops.reshape(mean, shape)), axes)])
-        variance = m2 / ops.maximum(count, 1.0)
+        local_mean = ops.reshape(total / ops.maximum(count, 1.0), shape)
+        m2 = ops.sum(w * ops.square(x - local_mean), axes)
+        stats = _gathered(ops.expand_dims(ops.stack([count, total, m2]), 0), self.process_set)  # [ranks, 3, ...]
+        counts, totals, m2s = stats[:, 0], stats[:, 1], stats[:, 2]
+        n = ops.maximum(ops.sum(counts, 0), 1.0)
+        mean = ops.sum(totals, 0) / n
+        between = ops.sum(counts * ops.square(totals / ops.maximum(counts, 1.0) - mean), 0)
+        variance = (ops.sum(m2s, 0) + between) / n
         return ops.cast(mean, inputs.dtype), ops.cast(variance, inputs.dtype)
 
 

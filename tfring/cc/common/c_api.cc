@@ -6,8 +6,8 @@
 
 #include "env.h"
 #include "labels.h"
-#include "status.h"
 #include "runtime.h"
+#include "status.h"
 #include "types.h"
 
 using tfring::Runtime;

@@ -218,8 +218,7 @@ Status MpiContext::Explain(const Status& s) const {
       MPI_Group_free(&failed);
     }
     MPIX_Comm_is_revoked(comm, &revoked);  // a survivor that saw the failure revoked it
-    if (n > 0 || revoked)
-      return Status::WorkersFailed(std::string(kWorkersFailedMark) + " (" + s.message() + ")");
+    if (n > 0 || revoked) return Status::WorkersFailed(std::string(kWorkersFailedMark) + " (" + s.message() + ")");
     if (ulfm) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   } while (std::chrono::steady_clock::now() < deadline);
 #endif
