@@ -32,7 +32,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     """Averages (op=Average) or sums (op=Sum) gradients over the ranks of process_set (default: all), then
     applies the inner optimizer. `learning_rate` and `iterations` are the inner optimizer's; on a rank outside
     the set, or in a set of one rank, gradients are applied unreduced. Given a tf_keras (Keras 2) optimizer on the
-    TensorFlow backend, the constructor returns the tf_keras wrapper instead (`tfring.keras.tf_keras`). Keras on
+    TensorFlow backend, the constructor returns the tf_keras wrapper instead (`tfring.tensorflow.tf_keras`). Keras on
     JAX and torch has no sparse gradients, so sparse_as_dense changes nothing there. groups given as variable
     lists, process_set and local variables are not part of get_config().
 
