@@ -98,7 +98,8 @@ def test_embedding_sparse_gradients(sparse_as_dense):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
 
 
-def test_backward_passes_per_step_matches_double_batch():
+@pytest.mark.parametrize("average", [True, False])
+def test_backward_passes_per_step_matches_double_batch(average):
     steps = 4  # 2 updates of 2 passes each
     x, y = data(steps, N * B)
     # Pass p of update u on rank r holds global-batch rows [u, r, p]: reorder so that the reference's
@@ -106,12 +107,29 @@ def test_backward_passes_per_step_matches_double_batch():
     xs, ys = my_shard(x, y, steps, B)
     model = make_model()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2,
-                                                     average_aggregated_gradients=True), loss="mse")
+                                                     average_aggregated_gradients=average), loss="mse")
     model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
     assert weights_equal_everywhere(model)
     assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == steps // 2
-    want = reference_weights(x, y, 2 * N * B, steps // 2)
+    # Horovod's default (average_aggregated_gradients=False) applies the sum of the 2 passes' averages: twice the
+    # double batch's mean gradient, i.e. plain SGD at twice the rate (SGD is linear in the gradient).
+    want = reference_weights(x, y, 2 * N * B, steps // 2, optimizer=keras.optimizers.SGD(0.1 if average else 0.2))
     for got, ref in zip(model.get_weights(), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_predivide_factor_still_averages():
+    # Divided by the factor before the sum and by size/factor after: the plain average (dropping either scale
+    # moves the weights by another amount).
+    steps = 2
+    x, y = data(steps, N * B)
+    xs, ys = my_shard(x, y, steps, B)
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), gradient_predivide_factor=4.0),
+                  loss="mse")
+    model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    assert weights_equal_everywhere(model)
+    for got, ref in zip(model.get_weights(), reference_weights(x, y, N * B, steps)):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
 
 
