@@ -93,11 +93,25 @@ def test_alltoall_even_and_with_splits(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_reducescatter_gives_each_rank_its_block(mode):
+def test_prescale_applies_before_the_sum_and_postscale_after(mode):
+    # float16 tells them apart (products commute): 60000 on every rank overflows float16's 65504 when summed, so
+    # only a prescale of 1/N before the sum stays finite; the same factor as postscale gives inf.
+    x = jnp.full((3,), 60000.0, jnp.float16)
+    pre = run(mode, lambda t: hvd.allreduce(t, op=hvd.Sum, prescale_factor=1.0 / N, name="pre16"), x)
+    post = run(mode, lambda t: hvd.allreduce(t, op=hvd.Sum, postscale_factor=1.0 / N, name="post16"), x)
+    np.testing.assert_allclose(np.asarray(pre, np.float64), np.full((3,), 60000.0), rtol=1e-3)
+    assert np.isinf(np.asarray(post, np.float64)).all(), post
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op", [None, hvd.Sum])
+def test_reducescatter_gives_each_rank_its_block(mode, op):
+    # op=None: Horovod's default, Average.
     rows = 2 * N + 1  # rank 0 gets one row more
     x = jnp.asarray(np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * (R + 1))
-    out = run(mode, lambda t: hvd.reducescatter(t, op=hvd.Sum, name="rs"), x)
-    full = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * sum(range(1, N + 1))
+    kwargs = {} if op is None else {"op": op}
+    out = run(mode, lambda t: hvd.reducescatter(t, name="rs" if op else "rs_avg", **kwargs), x)
+    full = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * sum(range(1, N + 1)) / (N if op is None else 1)
     counts = [rows // N + (1 if i < rows % N else 0) for i in range(N)]
     start = sum(counts[:R])
     np.testing.assert_allclose(out, full[start:start + counts[R]])
