@@ -9,12 +9,10 @@ from keras import ops
 import tfring.jax as binding  # noqa: F401 (the backend's binding, read by tfring.keras)
 from tfring.jax.compression import Compression  # noqa: F401
 from tfring.keras import _reducer
-from tfring.keras._backend._eager_defaults import dense, layer_types, tf_keras_wrapper  # noqa: F401
+from tfring.keras._backend._eager_defaults import (EXPORTS_WHOLE_BINDING, dense, layer_types,  # noqa: F401
+                                                   tf_keras_wrapper, var_key)
 
 GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=binding.grouped_allreduce)
-var_key = id  # Keras 3 variables of this backend are plain objects
-
-EXPORTS_WHOLE_BINDING = False  # tfring.keras re-exports every name of the binding (as Horovod), else the shared ones
 
 
 def on_kth_pass(update, total, reduce, apply, kept, accumulators):

@@ -7,10 +7,9 @@ from keras import ops
 
 import tfring.torch as binding  # noqa: F401 (the backend's binding, read by tfring.keras)
 from tfring.keras import _reducer
-from tfring.keras._backend._eager_defaults import dense, layer_types, tf_keras_wrapper  # noqa: F401
+from tfring.keras._backend._eager_defaults import (EXPORTS_WHOLE_BINDING, dense, layer_types,  # noqa: F401
+                                                   tf_keras_wrapper, var_key)
 from tfring.torch.compression import Compression  # noqa: F401
-
-var_key = id  # Keras 3 variables of this backend are plain objects
 
 
 def _grouped_allreduce(tensors, compression=Compression.none, **kwargs):
@@ -28,8 +27,6 @@ def _core_names(name, n):
 
 GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=_grouped_allreduce,
                                     core_names=_core_names)
-
-EXPORTS_WHOLE_BINDING = False  # tfring.keras re-exports every name of the binding (as Horovod), else the shared ones
 
 
 def on_kth_pass(update, total, reduce, apply, kept, accumulators):
