@@ -16,7 +16,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# (name, check, ranks, extra environment). At np 2 both ranks share the one GPU: the staged (host) path.
+# (name, check, ranks, extra environment). At np >= 2 the ranks share the one GPU: the staged (host) path, as
+# with TFRING_NCCL=0.
 LAUNCHES = [
     ("torch_np1_nccl", "torch_collectives", 1, {}),
     ("jax_np1_nccl", "jax_collectives", 1, {}),
@@ -24,12 +25,16 @@ LAUNCHES = [
     ("jax_np2_staged", "jax_collectives", 2, {}),
     ("keras_jax_np2", "keras_fit", 2, {"KERAS_BACKEND": "jax"}),
     ("keras_torch_np2", "keras_fit", 2, {"KERAS_BACKEND": "torch"}),
+    ("torch_np3_staged", "torch_collectives", 3, {}),
+    ("torch_np1_nccl_off", "torch_collectives", 1, {"TFRING_NCCL": "0"}),
     ("torch_np1_bandwidth", "torch_bandwidth", 1, {}),
+    ("torch_np2_staged_bandwidth", "torch_bandwidth", 2, {}),
 ]
 
 
 def facts():
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "python": platform.python_version()}
+    os.environ.setdefault("KERAS_BACKEND", "jax")  # keras' default backend, TensorFlow, is not there
     for mod in ("torch", "jax", "jaxlib", "keras", "mpi4py", "tfring"):
         try:
             out[mod] = __import__(mod).__version__

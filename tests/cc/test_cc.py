@@ -18,7 +18,7 @@ def test_core_unit_tests(tmp_path):
     binary = str(tmp_path / "cc_tests")
     sources = sorted(glob.glob(os.path.join(ROOT, "tests/cc/*.cc")))
     sources += [os.path.join(ROOT, "tfring/cc/common/%s.cc" % s) for s in CORE]
-    sources += [os.path.join(ROOT, "tfring/cc/common/ops/%s.cc" % s) for s in ("scale", "layout")]
+    sources += [os.path.join(ROOT, "tfring/cc/common/ops/%s.cc" % s) for s in ("scale", "layout", "staging")]
     subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-pthread", "-o", binary] + sources, check=True)
     proc = subprocess.run([binary], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(proc.stdout)

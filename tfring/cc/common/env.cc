@@ -127,6 +127,9 @@ const std::vector<Knob>& KnobTable() {
       Double("TFRING_GPU_TIMEOUT_SECONDS", "600", 0, kNoMax, &Settings::gpu_timeout_seconds,
              "NCCL builds: seconds one GPU collective may run before its communicator is aborted and the op fails "
              "(0: no deadline)."),
+      Bool("TFRING_NCCL", "1", &Settings::nccl,
+           "NCCL builds: 0 runs GPU tensors' collectives over MPI through host memory, as when two ranks of a host "
+           "share a GPU (NCCL refuses that; staged automatically). Rank 0's value applies to every rank."),
       Bool("TFRING_DYNAMIC_PROCESS_SETS", "0", &Settings::dynamic_process_sets,
            "1 allows add_process_set/remove_process_set after init() (every rank must set it alike)."),
       Int("TFRING_OUTPUT_CACHE_BYTES", "268435456", 0, 1e15, &Settings::output_cache_bytes,

@@ -31,6 +31,7 @@ struct Settings {
   std::string metrics_file;         // rank 0's JSON lines (empty: none)
   int64_t mpi_max_count;            // elements per MPI call; larger collectives are chunked or refused
   int64_t allreduce_chunk_bytes;    // bytes per MPI allreduce call (0: one call up to mpi_max_count)
+  bool nccl;                        // GPU tensors over NCCL (else staged through host memory; NCCL builds)
   double gpu_timeout_seconds;       // deadline of one GPU collective (NCCL builds)
   bool dynamic_process_sets;        // add/remove process sets after init
   int64_t output_cache_bytes;       // idle freed outputs kept mapped (TF binding)

@@ -55,6 +55,10 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
   backend_ = std::move(backend);
   topology_ = backend_->topology();
 #ifdef TFRING_HAVE_NCCL
+  std::string nccl = settings_.nccl ? "1" : "0";  // rank 0's: every rank must stage the same collectives
+  TFR_RETURN_IF_ERROR(backend_->transport().BroadcastFromRoot(&nccl));
+  nccl_ = nccl == "1";
+  staging_ = CreateCudaCopier();
   TFR_RETURN_IF_ERROR(CreateNcclBackend(backend_->transport(), topology_.rank, topology_.size,
                                         settings_.gpu_timeout_seconds, &gpu_backend_));
 #endif
@@ -331,9 +335,11 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
   if (response.kind == Response::ERROR) {
     status = Status(static_cast<StatusCode>(response.error_code), response.error);
   } else if (!response.devices.empty()) {
-    if (set.id != 0)
+    if (set.id != 0) {
       status = Status::InvalidArgument("tfring: GPU collectives run on the global process set only");
-    else {
+    } else if (Staged(response)) {
+      status = PerformStaged(set, response, entries);
+    } else {
       const int64_t bytes = LocalBytes(response.op, entries);
       if (PerformOnGpu(response, &taken, &status)) {
         // Names and bytes (steps are inferred from the names); the transfer runs later on the NCCL stream.
@@ -385,6 +391,25 @@ void Runtime::RevokeAll() {
   for (auto& set : sets_.All())
     if (set->owned) set->owned->Revoke();
   backend_->Revoke();
+}
+
+bool Runtime::Staged(const Response& response) const {
+  return staging_ && (!nccl_ || SharesDevice(response.devices, topology_.host_of));
+}
+
+Status Runtime::PerformStaged(ProcessSet& set, const Response& response, const std::vector<TensorEntry*>& entries) {
+  const double start = Now();
+  Status status;
+  {
+    TimelineActivity activity(&timeline_, response.names, "EXECUTE");
+    set.backend->SetHierarchical(hierarchical_);
+    status = tfring::PerformStaged(response, entries, *set.backend, *staging_, settings_.gpu_timeout_seconds, start);
+    if (!status.ok()) status = set.backend->Explain(status);
+  }
+  if (status.ok())
+    monitor_.OnExecuted(response.names, response.op, LocalBytes(response.op, entries),
+                        static_cast<int>(set.ranks.size()), Now() - start);
+  return status;
 }
 
 bool Runtime::PerformOnGpu(const Response& response, std::vector<TensorEntry>* taken, Status* status) {

@@ -12,6 +12,7 @@
 #include "monitor.h"
 #include "ops/backend.h"
 #include "ops/gpu_backend.h"
+#include "ops/staging.h"
 #include "process_set.h"
 #include "tensor_queue.h"
 #include "timeline.h"
@@ -63,6 +64,9 @@ class Runtime {
   void FinalizeSet(ProcessSet& set, const Status& why);
   // Hands a GPU response to the GPU backend; false (with *status set) if the callbacks are still ours to run.
   bool PerformOnGpu(const Response& response, std::vector<TensorEntry>* taken, Status* status);
+  // GPU tensors through host memory over MPI (ops/staging.h) when ranks of a host share a GPU or TFRING_NCCL=0.
+  bool Staged(const Response& response) const;
+  Status PerformStaged(ProcessSet& set, const Response& response, const std::vector<TensorEntry*>& entries);
   void FailAll(const Status& status);
   void RevokeAll();  // every communicator of every set (no-op without ULFM)
   // Revokes every communicator and records the failure (once); true.
@@ -79,6 +83,8 @@ class Runtime {
   Topology topology_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GpuBackend> gpu_backend_;  // NCCL builds only; touches no GPU until a GPU tensor arrives
+  std::unique_ptr<DeviceCopier> staging_;    // NCCL builds only: host staging's copies
+  bool nccl_ = true;                         // rank 0's TFRING_NCCL, agreed at init
   std::shared_ptr<WorkSignal> signal_;       // every set's queue wakes the one background thread
   ProcessSetTable sets_;                     // set 0 = every rank
   ControllerOptions controller_options_;

@@ -17,6 +17,7 @@ struct Topology {
   bool homogeneous = true;
   bool threads_supported = false;
   int min_cpu_milli_per_rank = 1000;  // job-wide (MpiContext)
+  std::vector<int> host_of;           // each rank's host (index); ranks sharing a GPU are staged (ops/staging.h)
 };
 
 class Backend {

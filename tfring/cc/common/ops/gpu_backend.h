@@ -33,6 +33,10 @@ Status CreateNcclBackend(Transport& transport, int rank, int size, double timeou
 
 namespace tfring {
 
+class DeviceCopier;
+// Host staging's CUDA copies (ops/staging.h; NCCL builds only).
+std::unique_ptr<DeviceCopier> CreateCudaCopier();
+
 // The core's CUDA runtime for adapters that link none of their own (the XLA "CUDA" handlers): the runtime is
 // linked statically into the core and its symbols are not exported. Defined in NCCL builds only.
 Status GpuMalloc(int device, int64_t bytes, void** out);

@@ -104,6 +104,7 @@ class MpiBackend : public Backend {
     t.cross_size = ctx_.cross_size;
     t.homogeneous = ctx_.homogeneous;
     t.min_cpu_milli_per_rank = ctx_.min_cpu_milli_per_rank;
+    t.host_of = ctx_.host_of;
     t.threads_supported = ctx_.thread_level == MPI_THREAD_MULTIPLE;
     return t;
   }
