@@ -73,6 +73,10 @@ class Stream {
 // The device side of staging over Stream: e.gpu_stream points to the framework's Stream.
 class StreamCopier : public DeviceCopier {
  public:
+  Status AllocateHost(int64_t bytes, std::shared_ptr<char>* out) override {
+    out->reset(new char[bytes], std::default_delete<char[]>());
+    return Status::OK();
+  }
   Status ToHost(const TensorEntry& e, void* dst, const void* src, int64_t bytes, double deadline) override {
     auto* framework = static_cast<Stream*>(e.gpu_stream);
     if (!framework->WaitFor(framework->queued(), deadline)) return Status::Aborted("input not produced in time");

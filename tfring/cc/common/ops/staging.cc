@@ -7,11 +7,10 @@ namespace {
 
 class HostBuffer : public Tensor {
  public:
-  HostBuffer(DataType dtype, Shape shape)
-      : dtype_(dtype),
-        shape_(std::move(shape)),
-        bytes_(NumElements(shape_) * DataTypeSize(dtype)),
-        data_(new char[bytes_ > 0 ? bytes_ : 1]) {}
+  HostBuffer(DataType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+    bytes_ = NumElements(shape_) * DataTypeSize(dtype);
+  }
+  Status Allocate(DeviceCopier& copier) { return copier.AllocateHost(bytes_ > 0 ? bytes_ : 1, &data_); }
   DataType dtype() const override { return dtype_; }
   Shape shape() const override { return shape_; }
   void* data() override { return data_.get(); }
@@ -21,7 +20,7 @@ class HostBuffer : public Tensor {
   DataType dtype_;
   Shape shape_;
   int64_t bytes_;
-  std::unique_ptr<char[]> data_;  // operator new's alignment (16) suits every dtype and MPI
+  std::shared_ptr<char> data_;
 };
 
 // Outputs whose shape only negotiation decides (allgather, alltoall, reducescatter): host buffers during the
@@ -29,11 +28,12 @@ class HostBuffer : public Tensor {
 // adapter (the NCCL path writes them from the host too): they go straight to the framework's context.
 class StagingContext : public OpContext {
  public:
-  StagingContext(std::shared_ptr<OpContext> device, DataType dtype, int extra_index)
-      : device_(std::move(device)), dtype_(dtype), extra_index_(extra_index) {}
+  StagingContext(std::shared_ptr<OpContext> device, DeviceCopier& copier, DataType dtype, int extra_index)
+      : device_(std::move(device)), copier_(copier), dtype_(dtype), extra_index_(extra_index) {}
   Status AllocateOutput(int index, const Shape& shape, std::shared_ptr<Tensor>* out) override {
     if (index == extra_index_) return device_->AllocateOutput(index, shape, out);
     auto host = std::make_shared<HostBuffer>(dtype_, shape);
+    TFR_RETURN_IF_ERROR(host->Allocate(copier_));
     allocated.emplace_back(index, host);
     *out = host;
     return Status::OK();
@@ -42,6 +42,7 @@ class StagingContext : public OpContext {
 
  private:
   std::shared_ptr<OpContext> device_;
+  DeviceCopier& copier_;
   DataType dtype_;
   int extra_index_;
 };
@@ -108,8 +109,9 @@ Status PerformStaged(const Response& response, const std::vector<TensorEntry*>& 
     if (e->input) {
       auto in = std::make_shared<HostBuffer>(e->input->dtype(), e->input->shape());
       s.host.input = in;
-      Status st = in->size_bytes() > 0 ? copier.ToHost(*e, in->data(), e->input->data(), in->size_bytes(), deadline)
-                                       : Status::OK();
+      Status st = in->Allocate(copier);
+      if (st.ok() && in->size_bytes() > 0)
+        st = copier.ToHost(*e, in->data(), e->input->data(), in->size_bytes(), deadline);
       if (!st.ok()) {
         Keep(staged);
         return st;
@@ -117,10 +119,11 @@ Status PerformStaged(const Response& response, const std::vector<TensorEntry*>& 
     }
     if (e->output) {
       s.output = std::make_shared<HostBuffer>(e->output->dtype(), e->output->shape());
+      TFR_RETURN_IF_ERROR(s.output->Allocate(copier));
       s.host.output = s.output;
     }
     if (e->context) {
-      s.ctx = std::make_shared<StagingContext>(e->context, e->request.dtype, e->extra_output_index);
+      s.ctx = std::make_shared<StagingContext>(e->context, copier, e->request.dtype, e->extra_output_index);
       s.host.context = s.ctx;
     }
     host_entries[i] = &s.host;

@@ -17,6 +17,9 @@ namespace tfring {
 class DeviceCopier {
  public:
   virtual ~DeviceCopier() = default;
+  // Host memory for staging `bytes` (CUDA: pinned and reused, so copies run at full speed and fresh pages
+  // do not fault on every op); freed when the last reference goes.
+  virtual Status AllocateHost(int64_t bytes, std::shared_ptr<char>* out) = 0;
   // Copies `bytes` of the entry's device memory at `src` to host `dst` once everything the framework queued
   // before the op on the entry's stream has run; returns when the copy is done, or an error at `deadline`
   // (steady-clock seconds).
