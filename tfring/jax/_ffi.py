@@ -28,7 +28,7 @@ def _load():
     for name in _TARGETS:
         symbol = getattr(lib, "tfring_jax_" + name)
         jax.ffi.register_ffi_target("tfring_" + name, jax.ffi.pycapsule(symbol), platform="cpu")
-        gpu = getattr(lib, "tfring_jax_gpu_" + name, None)  # NCCL builds only (handlers_gpu.cc; never run on a GPU)
+        gpu = getattr(lib, "tfring_jax_gpu_" + name, None)  # NCCL builds only (handlers_gpu.cc; docs/gpu.md)
         if gpu is not None:
             jax.ffi.register_ffi_target("tfring_" + name, jax.ffi.pycapsule(gpu), platform="CUDA")
     lib.tfring_jax_control.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,

@@ -1,7 +1,7 @@
 // tfring's XLA FFI handlers for platform "CUDA" (NCCL builds only: setup.py compiles this file when the core has
 // its GPU backend). They hand XLA's device buffers to the core's GPU path, the same one the TF and torch GPU
-// kernels use: negotiation as for any tensor, then NCCL on the backend's own stream. NEVER RUN ON A GPU: only
-// compiled and its exports checked (tests/cc/test_gpu_build.py).
+// kernels use: negotiation as for any tensor, then NCCL on the backend's own stream (or host staging where ranks
+// share a GPU). Ran on one H200 through tfring.jax (docs/gpu.md); through TensorFlow's lowering never.
 //
 // Ordering against XLA's stream, synchronous by design (a first version; simplest to get right):
 //   - inputs: each entry carries XLA's stream; at enqueue the GPU backend records an event on it after everything
