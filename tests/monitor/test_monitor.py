@@ -5,6 +5,7 @@ bindings' shared launches: tests/tf/ranks_monitor.py, tests/pt/ranks_torch_monit
 tests/jx/ranks_jax_monitor.py, on the loop in straggler_job.py.)"""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -69,3 +70,24 @@ def test_stall_report_names_the_layer_and_what_the_missing_rank_waits_on(backend
         assert "rank 0 waits itself on '" in metric and "(gradient of sequential/" in metric.split("rank 0 waits")[1]
     else:
         assert "rank 1 submitted no collective that is waiting (it is busy outside tfring)" in first, first
+
+
+@pytest.mark.slow
+def test_a_frozen_rank_fails_every_other_rank_within_the_deadline_naming_it():
+    # Rank 2 stops (SIGSTOP) without dying: before, the others waited in the negotiation forever, silently. Now the
+    # negotiation's waits have the stall deadline: a census names the silent rank at the warning time and every live
+    # rank fails at the shutdown time (+ one 2 s census), and the launcher exits non-zero.
+    env = dict(rank_env(), TFRING_STALL_CHECK_TIME_SECONDS="2", TFRING_STALL_SHUTDOWN_TIME_SECONDS="6")
+    proc = subprocess.run([sys.executable, "-m", "tfring.runner", "-np", "3", sys.executable,
+                           os.path.join(ROOT, "tests", "monitor", "frozen_job.py"), "2"],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    out = re.sub(r"(?m)^\[\d+\]<std(?:out|err)>:", "", proc.stdout)  # tfringrun's tags
+    assert proc.returncode != 0, out[-5000:]
+    assert "FROZEN 2" in out and "NO-ERROR" not in out, out[-5000:]
+    for rank in (0, 1):
+        line = next((x for x in out.splitlines() if x.split(" ", 2)[:2] == ["FAILED", str(rank)]), None)
+        assert line, (rank, out[-5000:])
+        seconds = float(line.split()[2])
+        assert "rank 2 (host " in line and "stopped responding" in line, line
+        assert 6 <= seconds <= 6 + 5, line  # the deadline, one census, and the cycle it started in
+    assert "stopped responding" in out and "unless they answer" in out, out[-5000:]  # the warning at 2 s

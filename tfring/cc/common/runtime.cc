@@ -51,7 +51,12 @@ Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static
   settings_ = Settings::FromEnvironment();
   SetLogLevel(static_cast<int>(settings_.log_level));
   std::unique_ptr<Backend> backend;
-  TFR_RETURN_IF_ERROR(CreateMpiBackend(comm_f, settings_.mpi_max_count, settings_.allreduce_chunk_bytes, &backend));
+  MpiOptions mpi;
+  mpi.max_count = settings_.mpi_max_count;
+  mpi.chunk_bytes = settings_.allreduce_chunk_bytes;
+  mpi.stall_warn_seconds = settings_.stall_check_seconds;
+  mpi.stall_shutdown_seconds = settings_.stall_shutdown_seconds;
+  TFR_RETURN_IF_ERROR(CreateMpiBackend(comm_f, mpi, &backend));
   backend_ = std::move(backend);
   topology_ = backend_->topology();
 #ifdef TFRING_HAVE_NCCL

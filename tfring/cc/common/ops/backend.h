@@ -41,7 +41,12 @@ class Backend {
   virtual Status CreateSubset(const std::vector<int>& ranks, std::unique_ptr<Backend>* out) = 0;
 };
 
+struct MpiOptions {
+  int64_t max_count = 2147483647, chunk_bytes = 0;            // per MPI call (mpi_context.h)
+  double stall_warn_seconds = 0, stall_shutdown_seconds = 0;  // the negotiation's deadlines (ops/mpi/transport.h)
+};
+
 // comm_f: Fortran handle of an MPI communicator, or -1 for MPI_COMM_WORLD.
-Status CreateMpiBackend(int64_t comm_f, int64_t max_count, int64_t chunk_bytes, std::unique_ptr<Backend>* out);
+Status CreateMpiBackend(int64_t comm_f, const MpiOptions& options, std::unique_ptr<Backend>* out);
 
 }  // namespace tfring

@@ -4,6 +4,7 @@
 
 #include "../backend.h"
 #include "collectives.h"
+#include "transport.h"
 
 namespace tfring {
 
@@ -30,51 +31,14 @@ Status ToIntCount(const MpiContext& ctx, int64_t n, const char* what, int* out) 
 
 namespace {
 
-class MpiTransport : public Transport {
- public:
-  explicit MpiTransport(MpiContext& ctx) : ctx_(ctx) {}
-  int rank() const override { return ctx_.rank; }
-  int size() const override { return ctx_.size; }
-  Status AllreduceBitAnd(std::vector<uint64_t>* bits) override {
-    TFR_CHECK_MPI(
-        MPI_Allreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()), MPI_UINT64_T, MPI_BAND, ctx_.comm));
-    return Status::OK();
-  }
-  Status GatherToRoot(const std::string& mine, std::vector<std::string>* all) override {
-    int len = static_cast<int>(mine.size());
-    std::vector<int> lens(ctx_.size), displs(ctx_.size);
-    TFR_CHECK_MPI(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, ctx_.comm));
-    std::string joined;
-    if (ctx_.rank == 0) {
-      int total = 0;
-      for (int i = 0; i < ctx_.size; ++i) displs[i] = total, total += lens[i];
-      joined.resize(total);
-    }
-    TFR_CHECK_MPI(
-        MPI_Gatherv(mine.data(), len, MPI_BYTE, &joined[0], lens.data(), displs.data(), MPI_BYTE, 0, ctx_.comm));
-    all->clear();
-    if (ctx_.rank == 0)
-      for (int i = 0; i < ctx_.size; ++i) all->push_back(joined.substr(displs[i], lens[i]));
-    return Status::OK();
-  }
-  Status BroadcastFromRoot(std::string* bytes) override {
-    int len = static_cast<int>(bytes->size());
-    TFR_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, ctx_.comm));
-    bytes->resize(len);
-    TFR_CHECK_MPI(MPI_Bcast(&(*bytes)[0], len, MPI_BYTE, 0, ctx_.comm));
-    return Status::OK();
-  }
-
- private:
-  MpiContext& ctx_;
-};
-
 class MpiBackend : public Backend {
  public:
   MpiBackend() : transport_(ctx_) {}
-  Status Init(int64_t comm_f, int64_t max_count, int64_t chunk_bytes) {
-    ctx_.max_count = max_count;
-    ctx_.chunk_bytes = chunk_bytes;
+  Status Init(int64_t comm_f, const MpiOptions& o) {
+    ctx_.max_count = o.max_count;
+    ctx_.chunk_bytes = o.chunk_bytes;
+    ctx_.stall_warn_seconds = o.stall_warn_seconds;
+    ctx_.stall_shutdown_seconds = o.stall_shutdown_seconds;
     return ctx_.Init(comm_f);
   }
   Status CreateSubset(const std::vector<int>& ranks, std::unique_ptr<Backend>* out) override {
@@ -87,9 +51,12 @@ class MpiBackend : public Backend {
     b->ctx_.max_count = ctx_.max_count;
     b->ctx_.chunk_bytes = ctx_.chunk_bytes;
     b->ctx_.timeline = ctx_.timeline;
+    b->ctx_.stall_warn_seconds = ctx_.stall_warn_seconds;
+    b->ctx_.stall_shutdown_seconds = ctx_.stall_shutdown_seconds;
     Status s = b->ctx_.Init(sub);  // duplicates sub
     MPI_Comm_free(&sub);
     if (!s.ok()) return s;
+    for (size_t i = 0; i < ranks.size(); ++i) b->ctx_.world_rank[i] = ctx_.world_rank[ranks[i]];
     *out = std::move(b);
     return Status::OK();
   }
@@ -146,9 +113,9 @@ class MpiBackend : public Backend {
 
 }  // namespace
 
-Status CreateMpiBackend(int64_t comm_f, int64_t max_count, int64_t chunk_bytes, std::unique_ptr<Backend>* out) {
+Status CreateMpiBackend(int64_t comm_f, const MpiOptions& options, std::unique_ptr<Backend>* out) {
   std::unique_ptr<MpiBackend> b(new MpiBackend());
-  TFR_RETURN_IF_ERROR(b->Init(comm_f, max_count, chunk_bytes));
+  TFR_RETURN_IF_ERROR(b->Init(comm_f, options));
   *out = std::move(b);
   return Status::OK();
 }

@@ -7,9 +7,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "../../half.h"
+#include "../../logging.h"
+#include "transport.h"
 
 namespace tfring {
 namespace {
@@ -158,6 +161,22 @@ Status MpiContext::Init(MPI_Comm base) {
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   TFR_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   TFR_CHECK_MPI(MPI_Comm_size(comm, &size));
+  TFR_CHECK_MPI(MPI_Comm_dup(comm, &census_comm));
+  MPI_Comm_set_errhandler(census_comm, MPI_ERRORS_RETURN);
+  RegisterCensusComm(census_comm);
+  world_rank.resize(size);
+  for (int i = 0; i < size; ++i) world_rank[i] = i;  // CreateSubset maps a set's ranks to global ones
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int name_len = 0;
+  MPI_Get_processor_name(name, &name_len);
+  std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  TFR_CHECK_MPI(
+      MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm));
+  host_name.clear();
+  for (int i = 0; i < size; ++i)
+    host_name.emplace_back(
+        names.data() + static_cast<size_t>(i) * MPI_MAX_PROCESSOR_NAME,
+        strnlen(names.data() + static_cast<size_t>(i) * MPI_MAX_PROCESSOR_NAME, MPI_MAX_PROCESSOR_NAME));
   int64_t limits[2] = {max_count, chunk_bytes};  // rank 0's: a rank with other limits would make other calls
   TFR_CHECK_MPI(MPI_Bcast(limits, 2, MPI_INT64_T, 0, comm));
   max_count = limits[0];
@@ -230,6 +249,16 @@ void MpiContext::Finalize() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  if (abandoned) {
+    // A collective on comm never completed (ranks stopped responding): MPI_Finalize would wait for them forever.
+    TFR_LOG(TFR_ERROR, "ending the job (MPI_Abort): a negotiation was abandoned for ranks that stopped responding");
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // the other live ranks report their error first
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (census_comm != MPI_COMM_NULL) {
+    UnregisterCensusComm(census_comm);
+    MPI_Comm_free(&census_comm);
+  }
   for (MPI_Comm* c : {&cross_comm, &local_comm, &comm})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   std::vector<char>().swap(fusion_buffer);

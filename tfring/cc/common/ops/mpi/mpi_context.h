@@ -34,6 +34,13 @@ struct MpiContext {
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm local_comm = MPI_COMM_NULL;
   MPI_Comm cross_comm = MPI_COMM_NULL;
+  MPI_Comm census_comm = MPI_COMM_NULL;  // pings of the transport's census (transport.h), apart from the data
+  // The transport's deadlines (the stall settings; 0 = none), and whether a wait was abandoned: the communicator
+  // may hold a collective the silent ranks never joined, so finalizing ends the job instead (MPI_Abort).
+  double stall_warn_seconds = 0, stall_shutdown_seconds = 0;
+  bool abandoned = false;
+  std::vector<int> world_rank;         // each rank's number in tfring's global set (messages)
+  std::vector<std::string> host_name;  // each rank's host (MPI_Get_processor_name; messages)
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool homogeneous = true;
   // Job-wide, agreed at init: MIN over hosts of (logical CPUs the host's ranks may run on together, capped by the
