@@ -85,3 +85,60 @@ TEST(MonitorSummaryStaysValidJsonWithoutSteps) {
   EXPECT(s[0].find("nan") == std::string::npos && s[0].find("inf") == std::string::npos);
   EXPECT(s[0].find("\"step_ms\":null") != std::string::npos);
 }
+
+TEST(MonitorCountsTheWaitsOfRoundsWithoutAStep) {
+  // Steps longer than a round: every other round ends inside a step. Rank 0 waits 40 ms for rank 1 in each round,
+  // so 80 ms per step; a round without a step must add its waiting to the next step's, not be overwritten by it.
+  const int n = 2;
+  Hub hub(n);
+  std::vector<std::string> summaries(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      Monitor m;
+      std::string error;
+      ThreadTransport t(hub, r);
+      m.Configure(MonitorOptions(), r, n, nullptr, &error);
+      for (int k = 0; k < 8; ++k) {
+        const double at = 1000.0 * k;
+        m.OnWait(at + 0.5 - (r == 0 ? 0.040 : 0.0), at + 0.5);
+        if (k % 2 == 1) {  // (a round with a collective but no mark would count a step inferred from its names)
+          m.OnExecuted({"g"}, OpType::ALLREDUCE, 4000, n, 0.001);
+          m.MarkStep();
+        }
+        m.Round(t, false);
+      }
+      summaries[r] = m.Summary();
+    });
+  for (auto& th : threads) th.join();
+  EXPECT(summaries[0].find("\"slowest\":{\"rank\":1,\"waited_ms_per_step\":80.000") != std::string::npos);
+}
+
+TEST(MonitorBusBandwidthIsNcclTestsConvention) {
+  // 4 ranks, in 10 ms of transfer: an allreduce of 10 MB moves 2(n-1)/n of it over each link (1.5 GB/s), a
+  // broadcast of 10 MB all of it (1 GB/s), an allgather of 10 MB (n-1)/n (0.75 GB/s); the total is their sum over
+  // the time of all three.
+  const int n = 4;
+  Hub hub(n);
+  std::vector<std::string> summaries(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      Monitor m;
+      std::string error;
+      ThreadTransport t(hub, r);
+      m.Configure(MonitorOptions(), r, n, nullptr, &error);
+      m.OnExecuted({"a"}, OpType::ALLREDUCE, 10000000, n, 0.01);
+      m.Round(t, false);
+      m.OnExecuted({"b"}, OpType::BROADCAST, 10000000, n, 0.01);
+      m.Round(t, false);
+      m.OnExecuted({"g"}, OpType::ALLGATHER, 10000000, n, 0.01);
+      m.Round(t, false);
+      summaries[r] = m.Summary();
+    });
+  for (auto& th : threads) th.join();
+  const std::string& s = summaries[0];
+  EXPECT(s.find("\"busbw_gbps\":0.750") != std::string::npos);  // the last round: the allgather
+  EXPECT(s.find("\"total\":{\"wait_s\":0.000,\"transfer_s\":0.030,\"bytes_reduced\":10000000,\"collectives\":3,"
+                "\"busbw_gbps\":1.083") != std::string::npos);  // (15 + 10 + 7.5) MB / 30 ms
+}

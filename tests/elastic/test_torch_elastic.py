@@ -121,6 +121,28 @@ def test_killed_rank_rolls_back_and_reshards(tmp_path):
     print("recovery (kill to reset callback): %.2f s" % (reset_at - killed["t"]))
 
 
+def test_frozen_rank_is_ended_and_the_survivors_go_on(tmp_path):
+    # Rank 1 stops (SIGSTOP) after step 5 without dying. The survivors' negotiation names it at the warning time,
+    # rank 0 (a live rank on its host) ends it at the shutdown time, and MPI then reports a failure as after a kill.
+    rc, out = run_launcher(["-np", "3", "--min-np", "2", "python", JOB],
+                           {"ELASTIC_OUT": str(tmp_path), "ELASTIC_KILL": "1:5", "ELASTIC_SIGNAL": "STOP",
+                            "ELASTIC_COMMIT_EVERY": str(COMMIT_EVERY), "TFRING_STALL_CHECK_TIME_SECONDS": "2",
+                            "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "5"})
+    assert rc == 0, out[-5000:]
+    assert "stopped responding" in out and "the elastic job goes on without it" in out, out[-5000:]
+    assert "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]
+    frozen = json.load(open(tmp_path / "killed.json"))
+    finals = [torch.load(f) for f in sorted(glob.glob(str(tmp_path / "final.*.pt")))]
+    assert sorted(f["rank"] for f in finals) == [0, 1] and all(f["size"] == 2 for f in finals), out[-3000:]
+    assert all(f["step"] == 3 + 8 + 12 and f["epoch"] == EPOCHS for f in finals)  # as after a kill at step 5
+    for k, v in finals[0]["params"].items():  # identical on the survivors
+        assert torch.equal(v, finals[1]["params"][k]), k
+    logs = read_logs(tmp_path)
+    reset_at = min(r["t"] for rows in logs.values() for r in rows if r["event"] == "reset")
+    print("recovery (freeze to reset callback): %.2f s" % (reset_at - frozen["t"]))
+    assert reset_at - frozen["t"] <= 5 + 5  # the stall deadline + 5 s (#45)
+
+
 def test_slot_added_by_discovery_gets_state_and_its_shard(tmp_path):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("localhost:2\n")

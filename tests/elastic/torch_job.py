@@ -2,7 +2,8 @@
 DistributedOptimizer)
 on 96 rows, an ElasticSampler (batches of 4) and a TorchState holding model, optimizer, sampler and a step
 counter; a commit every ELASTIC_COMMIT_EVERY steps and at each epoch end. ELASTIC_KILL="rank:step" makes that
-(original) rank SIGKILL itself right after finishing that step (after its commit, if it is a commit point);
+(original) rank SIGKILL itself right after finishing that step (after its commit, if it is a commit point), or
+send itself ELASTIC_SIGNAL instead (STOP: it freezes, alive and silent);
 ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file after step 2 (ELASTIC_STEP_SLEEP slows steps).
 Every rank writes to $ELASTIC_OUT: init.pt (rank 0, the initial parameters and the data), log.<pid>.jsonl (one
 line per commit with the [epoch, dataset index] pairs this rank processed since the previous commit, one per
@@ -22,6 +23,7 @@ import tfring.torch as hvd
 EPOCHS, ROWS, BATCH = 2, 96, 4
 OUT = os.environ["ELASTIC_OUT"]
 KILL = os.environ.get("ELASTIC_KILL", "")
+SIGNAL = getattr(signal, "SIG" + os.environ.get("ELASTIC_SIGNAL", "KILL"))
 COMMIT_EVERY = int(os.environ.get("ELASTIC_COMMIT_EVERY", "3"))
 GROW = os.environ.get("ELASTIC_GROW", "")
 SLEEP = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))
@@ -99,7 +101,7 @@ def train(state):
             if KILL and not SPAWNED and [FIRST_RANK, state.step] == [int(v) for v in KILL.split(":")]:
                 with open(os.path.join(OUT, "killed.json"), "w") as f:
                     json.dump({"t": time.time(), "step": state.step}, f)
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), SIGNAL)
         state.epoch += 1
         state.sampler.set_epoch(state.epoch)
         state.commit()

@@ -227,6 +227,33 @@ def test_compiled_allgather_with_wrong_sizes_fails_where_wrong_and_never_hangs()
     np.testing.assert_array_equal(hvd.allreduce(jnp.ones(2), op=hvd.Sum, name="after_wrong"), [N, N])
 
 
+@pytest.mark.skipif(N < 3, reason="a set whose ranks differ from their global numbers")
+@pytest.mark.parametrize("mode", MODES)
+def test_set_of_ranks_1_and_2_numbers_rows_roots_and_peers_within_the_set(mode):
+    # Set rank = global rank - 1 here: a binding that used global ranks would pick other rows, roots and peers.
+    tail = hvd.add_process_set([1, 2])
+    try:
+        if R in (1, 2):
+            s = R - 1
+            rows = np.arange(4.0).reshape(4, 1)
+            out = run(mode, lambda t: hvd.reducescatter(t, op=hvd.Sum, process_set=tail, name="rs12" + mode),
+                      jnp.asarray(rows + 10 * R))
+            np.testing.assert_array_equal(out, (2 * rows + 30)[2 * s:2 * s + 2])  # this set rank's block
+            b = run(mode, lambda t: hvd.broadcast(t, root_rank=2, process_set=tail, name="bc12" + mode),
+                    jnp.full(3, float(R)))
+            np.testing.assert_array_equal(b, [2.0] * 3)  # root_rank is a global rank
+            a = run(mode, lambda t: hvd.alltoall(t, process_set=tail, name="a2a12" + mode),
+                    jnp.asarray([10.0 * R, 10.0 * R + 1]))
+            a = a[0] if isinstance(a, tuple) else a
+            np.testing.assert_array_equal(a, [10.0 + s, 20.0 + s])  # row j went to set rank j
+            weights = jnp.arange(1.0, 5.0).reshape(4, 1)
+            grad = run(mode, jax.grad(lambda t: jnp.sum(hvd.allgather(t, process_set=tail, name="ag12" + mode) *
+                                                        weights)), jnp.ones((2, 1)))
+            np.testing.assert_array_equal(grad, weights[2 * s:2 * s + 2])  # this set rank's rows of the gradient
+    finally:
+        hvd.remove_process_set(tail)
+
+
 @pytest.mark.skipif(N < 3, reason="a set of two ranks that is not the global set")
 def test_process_set_collectives():
     pair = hvd.add_process_set([0, 1])

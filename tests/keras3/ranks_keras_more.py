@@ -90,6 +90,23 @@ def test_local_layer_stays_local_and_the_rest_identical():
     assert all(np.array_equal(shared_all[0], row) for row in shared_all)
 
 
+@pytest.mark.parametrize("scale", [True, False])
+def test_local_layer_takes_this_ranks_own_gradient_divided_by_the_size(scale):
+    # One SGD step from identical weights: the shared layer takes the global batch's gradient, the local layer this
+    # rank's own gradient, divided by the size with scale_local_gradients (Horovod's rule), as it is without.
+    x, y = data(1, N * B)
+    xs, ys = my_shard(x, y, 1, B)
+    model = make_model()
+    w0 = [np.array(w) for w in model.get_weights()]
+    model.compile(optimizer=hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=model.layers[0],
+                                                            scale_local_gradients=scale), loss="mse")
+    model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    own = reference_weights(xs, ys, B, 1)[:2]  # one step on this rank's batch alone
+    want = [w + (o - w) / (N if scale else 1) for w, o in zip(w0[:2], own)] + reference_weights(x, y, N * B, 1)[2:]
+    for got, ref in zip(model.get_weights(), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+
+
 def test_process_set_reduces_only_within_the_set():
     # {0, 1} average with each other; rank 2 is outside and applies its own gradients (ranks 3+ likewise).
     if N < 3:

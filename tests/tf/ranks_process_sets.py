@@ -29,6 +29,19 @@ def runtime():
         yield
 
 
+def test_compiled_collectives_run_on_the_set():
+    # The XLA lowering (jit_compile=True) takes the set as eager ops do: one that ran over every rank mixes the sets.
+    @tf.function(jit_compile=True)
+    def step(x):
+        return (hvd.allreduce(x, op=hvd.Sum, process_set=MINE, name="xla_set_sum"),
+                hvd.allgather(x, process_set=MINE, name="xla_set_ag"),
+                hvd.broadcast(x, MEMBERS[-1], process_set=MINE, name="xla_set_bc"))
+    total, gathered, root = step(tf.fill([2], float(R + 1)))
+    np.testing.assert_allclose(total, np.full(2, float(sum(m + 1 for m in MEMBERS))))
+    np.testing.assert_allclose(gathered, np.concatenate([np.full(2, float(m + 1)) for m in MEMBERS]))
+    np.testing.assert_allclose(root, np.full(2, float(MEMBERS[-1] + 1)))  # root_rank: a global rank
+
+
 def test_ids_ranks_and_topology():
     assert even_set.process_set_id == 1 and odd_set.process_set_id == 2
     assert str(even_set) == "ProcessSet(process_set_id=1, ranks=%s, mpi_comm=None)" % EVENS

@@ -83,10 +83,12 @@ const std::vector<Knob>& KnobTable() {
       {"TFRING_LOG_LEVEL", KnobType::LEVEL, "warning", 0, 4, &Settings::log_level, nullptr, nullptr, nullptr,
        "trace, debug, info, warning or error (or 0-4)."},
       Double("TFRING_STALL_CHECK_TIME_SECONDS", "60", 0, kNoMax, &Settings::stall_check_seconds,
-             "Seconds a tensor may wait for missing ranks before every rank logs which ranks and tensors stall."),
+             "Seconds a tensor may wait for missing ranks before every rank logs which ranks and tensors stall "
+             "(and, when the negotiation itself waits that long, which ranks stopped responding)."),
       Double("TFRING_STALL_SHUTDOWN_TIME_SECONDS", "1800", 0, kNoMax, &Settings::stall_shutdown_seconds,
              "Seconds after which a stalled collective fails on every rank (tf.errors.DeadlineExceededError naming "
-             "the tensor, process set and missing ranks) instead of waiting forever; 0 waits forever. 30 min, as "
+             "the tensor, process set and missing ranks) instead of waiting forever; also the deadline for ranks "
+             "that stop responding (the job then ends); 0 waits forever. 30 min, as "
              "torch.distributed's default timeout: longer than rank-0-only evaluation or checkpointing of large "
              "models."),
       Bool("TFRING_STALL_CHECK_DISABLE", "0", &Settings::stall_check_disable,

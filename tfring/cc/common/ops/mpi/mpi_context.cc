@@ -1,6 +1,7 @@
 #include "mpi_context.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -172,6 +173,9 @@ Status MpiContext::Init(MPI_Comm base) {
   std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
   TFR_CHECK_MPI(
       MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm));
+  int my_pid = static_cast<int>(getpid());
+  pid.assign(size, 0);
+  TFR_CHECK_MPI(MPI_Allgather(&my_pid, 1, MPI_INT, pid.data(), 1, MPI_INT, comm));
   host_name.clear();
   for (int i = 0; i < size; ++i)
     host_name.emplace_back(

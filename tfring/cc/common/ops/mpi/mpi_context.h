@@ -41,6 +41,7 @@ struct MpiContext {
   bool abandoned = false;
   std::vector<int> world_rank;         // each rank's number in tfring's global set (messages)
   std::vector<std::string> host_name;  // each rank's host (MPI_Get_processor_name; messages)
+  std::vector<int> pid;                // each rank's process id (a silent rank is ended by a peer on its host)
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool homogeneous = true;
   // Job-wide, agreed at init: MIN over hosts of (logical CPUs the host's ranks may run on together, capped by the

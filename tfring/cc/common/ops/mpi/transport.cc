@@ -1,5 +1,7 @@
 #include "transport.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -12,8 +14,9 @@ namespace tfring {
 namespace {
 
 constexpr int kPing = 7101, kPong = 7102;
-constexpr double kSpinSeconds = 0.002;  // pure polling first: most waits end within microseconds
-constexpr double kCensusSeconds = 2.0;  // how long a census waits for the answers
+constexpr double kSpinSeconds = 0.002;       // pure polling first: most waits end within microseconds
+constexpr double kCensusSeconds = 2.0;       // how long a census waits for the answers
+constexpr double kFailureGraceSeconds = 10;  // elastic: for MPI to report a silent rank ended by a peer
 constexpr double kNever = 1e300;
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -82,6 +85,7 @@ Status MpiTransport::Wait(MPI_Request* request, const char* what) {
   const double warn_every = ctx_.stall_warn_seconds;
   double warn_at = warn_every > 0 ? start + warn_every : kNever;
   double give_up_at = ctx_.stall_shutdown_seconds > 0 ? start + ctx_.stall_shutdown_seconds : kNever;
+  bool ended_silent = false;
   for (;;) {
     int done = 0;
     const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
@@ -98,6 +102,14 @@ Status MpiTransport::Wait(MPI_Request* request, const char* what) {
         if (give_up_at != kNever) give_up_at = std::max(give_up_at, Now() + kCensusSeconds);
         continue;
       }
+      if (now >= give_up_at && ctx_.fault_tolerant && !ended_silent) {
+        // An elastic job (ULFM) goes on without them: a peer on each silent rank's host ends its process, MPI then
+        // reports the failure to every survivor, and they recover as after a kill.
+        EndSilent(silent);
+        ended_silent = true;
+        give_up_at = Now() + kFailureGraceSeconds;
+        continue;
+      }
       if (now >= give_up_at) {
         ctx_.abandoned = true;
         return Status::DeadlineExceeded(
@@ -112,6 +124,19 @@ Status MpiTransport::Wait(MPI_Request* request, const char* what) {
       warn_at = Now() + warn_every;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void MpiTransport::EndSilent(const std::vector<int>& silent) {
+  for (int s : silent) {
+    if (s >= static_cast<int>(ctx_.pid.size()) || s >= static_cast<int>(ctx_.host_of.size())) continue;
+    int ender = -1;  // the lowest answering rank on the silent rank's host
+    for (int r = 0; r < ctx_.size && ender < 0; ++r)
+      if (ctx_.host_of[r] == ctx_.host_of[s] && std::find(silent.begin(), silent.end(), r) == silent.end()) ender = r;
+    if (ender != ctx_.rank) continue;
+    TFR_LOG(TFR_WARNING, "ending " << Describe({s}) << ", pid " << ctx_.pid[s]
+                                   << ": it stopped responding; the elastic job goes on without it");
+    kill(ctx_.pid[s], SIGKILL);
   }
 }
 

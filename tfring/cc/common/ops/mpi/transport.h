@@ -4,7 +4,9 @@
 // Past the stall warning time a census (a ping to every rank, 2 s for the answers) names the ranks that do not
 // answer; past the stall shutdown time the call is abandoned on every live rank with an error naming them (and
 // their hosts), the communicator is not used again, and finalizing ends the job (MPI_Abort), since MPI_Finalize
-// would wait for the silent ranks. A census every rank answers means the wait is legitimate: it goes on.
+// would wait for the silent ranks. A census every rank answers means the wait is legitimate: it goes on. In an
+// elastic job (ULFM) the silent ranks are ended instead, by a live rank on their host, and the survivors recover
+// as after a kill; with no live rank on a silent rank's host, the job fails as above.
 #pragma once
 #include <deque>
 #include <string>
@@ -33,7 +35,8 @@ class MpiTransport : public Transport {
   // Polls `request` until it completes, warning and abandoning it as described above. `what`: for messages.
   Status Wait(MPI_Request* request, const char* what);
   void AnswerPings();
-  std::vector<int> Census();  // ranks of ctx_.comm that did not answer a ping within 2 s
+  void EndSilent(const std::vector<int>& silent);  // elastic: SIGKILL each one from a live rank on its host
+  std::vector<int> Census();                       // ranks of ctx_.comm that did not answer a ping within 2 s
   std::string Describe(const std::vector<int>& ranks) const;
 
   MpiContext& ctx_;
