@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kPing = 7101, kPong = 7102;
 constexpr double kSpinSeconds = 0.002;       // pure polling first: most waits end within microseconds
-constexpr double kCensusSeconds = 2.0;       // how long a census waits for the answers
+constexpr double kCensusSeconds = 1.0;       // how long a census waits for the answers (live ranks: ms)
 constexpr double kFailureGraceSeconds = 10;  // elastic: for MPI to report a silent rank ended by a peer
 constexpr double kNever = 1e300;
 

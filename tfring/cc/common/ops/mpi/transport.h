@@ -1,7 +1,7 @@
 // The negotiation transport over MPI, with deadlines. Every call is a non-blocking collective that the background
 // thread polls, so a rank that stops responding (a frozen process, a hung call, a link that drops silently) cannot
 // hold the others forever. While it polls, a rank answers pings on a communicator of its own (census_comm).
-// Past the stall warning time a census (a ping to every rank, 2 s for the answers) names the ranks that do not
+// Past the stall warning time a census (a ping to every rank, 1 s for the answers) names the ranks that do not
 // answer; past the stall shutdown time the call is abandoned on every live rank with an error naming them (and
 // their hosts), the communicator is not used again, and finalizing ends the job (MPI_Abort), since MPI_Finalize
 // would wait for the silent ranks. A census every rank answers means the wait is legitimate: it goes on. In an
@@ -36,7 +36,7 @@ class MpiTransport : public Transport {
   Status Wait(MPI_Request* request, const char* what);
   void AnswerPings();
   void EndSilent(const std::vector<int>& silent);  // elastic: SIGKILL each one from a live rank on its host
-  std::vector<int> Census();                       // ranks of ctx_.comm that did not answer a ping within 2 s
+  std::vector<int> Census();                       // ranks of ctx_.comm that did not answer a ping within 1 s
   std::string Describe(const std::vector<int>& ranks) const;
 
   MpiContext& ctx_;
