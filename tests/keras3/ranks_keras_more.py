@@ -155,7 +155,9 @@ def test_metrics_callback_puts_the_jobs_numbers_in_every_ranks_logs():
     keys = ["tfring_wait_ms", "tfring_max_wait_ms", "tfring_busbw_gbps", "tfring_straggler", "tfring_straggler_ms"]
     for k in keys + ["tfring_step_ms"]:
         assert len(history[k]) == 2 and all(np.isfinite(history[k])), (k, history)
-    assert all(v > 0 for v in history["tfring_step_ms"]) and history["tfring_straggler"] == [-1.0, -1.0]
+    assert all(v > 0 for v in history["tfring_step_ms"]), history["tfring_step_ms"]
+    # Nobody, or a rank (3 ranks on 2 cores may make one persistently last: a straggler then, rightly named).
+    assert all(v == -1.0 or v in range(N) for v in history["tfring_straggler"]), history["tfring_straggler"]
     # One job-wide summary: every rank logs the same numbers (the step time is each rank's own).
     everyone = hvd.allgather_object([history[k][-1] for k in keys])
     assert all(v == everyone[0] for v in everyone), everyone
