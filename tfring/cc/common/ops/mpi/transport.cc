@@ -94,7 +94,9 @@ Status MpiTransport::Wait(MPI_Request* request, const char* what) {
     const double now = Now();
     if (now - start < kSpinSeconds) continue;
     AnswerPings();
-    if (now >= warn_at || now >= give_up_at) {
+    // The census ends at the deadline: the last one before it decides.
+    const bool final = now + kCensusSeconds >= give_up_at;
+    if (now >= warn_at || final) {
       const std::vector<int> silent = Census();
       const int waited = static_cast<int>(Now() - start);
       if (silent.empty()) {  // every rank is alive and waiting here too: the wait is legitimate
@@ -102,7 +104,7 @@ Status MpiTransport::Wait(MPI_Request* request, const char* what) {
         if (give_up_at != kNever) give_up_at = std::max(give_up_at, Now() + kCensusSeconds);
         continue;
       }
-      if (now >= give_up_at && ctx_.fault_tolerant && !ended_silent) {
+      if (final && ctx_.fault_tolerant && !ended_silent) {
         // An elastic job (ULFM) goes on without them: a peer on each silent rank's host ends its process, MPI then
         // reports the failure to every survivor, and they recover as after a kill.
         EndSilent(silent);
@@ -110,7 +112,7 @@ Status MpiTransport::Wait(MPI_Request* request, const char* what) {
         give_up_at = Now() + kFailureGraceSeconds;
         continue;
       }
-      if (now >= give_up_at) {
+      if (final) {
         ctx_.abandoned = true;
         return Status::DeadlineExceeded(
             "tfring: " + Describe(silent) + " stopped responding: " + what + " waited " + std::to_string(waited) +
