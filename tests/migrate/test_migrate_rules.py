@@ -212,11 +212,12 @@ def test_horovod_names_reported_missing_are_missing_from_tfring():
         module, _, leaf = target.rpartition(".")
         try:
             mod = importlib.import_module(module)
-        except ImportError:  # an engine's module needs its engine (pyspark)
+        except ImportError:  # a binding's or engine's module needs its framework (torch, pyspark)
+            assert module.startswith(("tfring.torch", "tfring.spark", "tfring.ray", "tfring.mxnet", "tfring.jax"))
             continue
         assert not hasattr(mod, leaf), "%s is in tfring now: take it out of rules_horovod.MISSING" % target
         checked += 1
-    assert checked >= 5
+    assert checked >= 4  # tfring's and tfring.common's names: present wherever TensorFlow is (README's venv too)
 
 
 def test_keras_tables_match_keras_3():
