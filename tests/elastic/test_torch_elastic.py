@@ -143,6 +143,16 @@ def test_frozen_rank_is_ended_and_the_survivors_go_on(tmp_path):
     assert reset_at - frozen["t"] <= 5 + 5  # the stall deadline + 5 s (#45)
 
 
+def test_reset_limit_ends_the_job(tmp_path):
+    # --reset-limit 0: the first failure is one reset too many, so the survivors end the job instead of going on.
+    rc, out = run_launcher(["-np", "3", "--min-np", "2", "--reset-limit", "0", "python", JOB],
+                           {"ELASTIC_OUT": str(tmp_path), "ELASTIC_KILL": "1:5",
+                            "ELASTIC_COMMIT_EVERY": str(COMMIT_EVERY)})
+    assert rc != 0, out[-5000:]
+    assert "the job was reset 1 times (--reset-limit 0); ending it" in out, out[-5000:]
+    assert not glob.glob(str(tmp_path / "final.*.pt")), out[-3000:]  # nobody trained on
+
+
 def test_slot_added_by_discovery_gets_state_and_its_shard(tmp_path):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("localhost:2\n")
