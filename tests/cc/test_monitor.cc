@@ -10,9 +10,9 @@ using namespace tfring;
 
 namespace {
 
-// Runs `rounds` rounds on n threads; before each, rank r waits wait(r, round) seconds over `steps` marked steps.
-std::vector<std::string> Rounds(int n, int rounds, int steps, const std::function<double(int, int)>& wait,
-                                MonitorOptions options = MonitorOptions()) {
+// Runs body(monitor, transport, rank) on n threads, the ranks; returns every rank's last summary.
+std::vector<std::string> OnRanks(int n, const std::function<void(Monitor&, Transport&, int)>& body,
+                                 MonitorOptions options = MonitorOptions()) {
   Hub hub(n);
   std::vector<std::string> summaries(n);
   std::vector<std::thread> threads;
@@ -22,19 +22,30 @@ std::vector<std::string> Rounds(int n, int rounds, int steps, const std::functio
       std::string error;
       ThreadTransport t(hub, r);
       m.Configure(options, r, n, nullptr, &error);
-      for (int k = 0; k < rounds; ++k) {
-        double at = 1000.0 * k;  // steady-clock seconds of a made-up timeline: only differences matter
-        for (int s = 0; s < steps; ++s, at += 1) {
-          m.OnWait(at + 0.5 - wait(r, k), at + 0.5);
-          m.OnExecuted({"g"}, OpType::ALLREDUCE, 4000, n, 0.001);
-          m.MarkStep();
-        }
-        m.Round(t, false);
-      }
+      body(m, t, r);
       summaries[r] = m.Summary();
     });
   for (auto& th : threads) th.join();
   return summaries;
+}
+
+// Runs `rounds` rounds on n threads; before each, rank r waits wait(r, round) seconds over `steps` marked steps.
+std::vector<std::string> Rounds(int n, int rounds, int steps, const std::function<double(int, int)>& wait,
+                                MonitorOptions options = MonitorOptions()) {
+  return OnRanks(
+      n,
+      [&](Monitor& m, Transport& t, int r) {
+        for (int k = 0; k < rounds; ++k) {
+          double at = 1000.0 * k;  // steady-clock seconds of a made-up timeline: only differences matter
+          for (int s = 0; s < steps; ++s, at += 1) {
+            m.OnWait(at + 0.5 - wait(r, k), at + 0.5);
+            m.OnExecuted({"g"}, OpType::ALLREDUCE, 4000, n, 0.001);
+            m.MarkStep();
+          }
+          m.Round(t, false);
+        }
+      },
+      options);
 }
 
 }  // namespace
@@ -90,27 +101,17 @@ TEST(MonitorCountsTheWaitsOfRoundsWithoutAStep) {
   // Steps longer than a round: every other round ends inside a step. Rank 0 waits 40 ms for rank 1 in each round,
   // so 80 ms per step; a round without a step must add its waiting to the next step's, not be overwritten by it.
   const int n = 2;
-  Hub hub(n);
-  std::vector<std::string> summaries(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      Monitor m;
-      std::string error;
-      ThreadTransport t(hub, r);
-      m.Configure(MonitorOptions(), r, n, nullptr, &error);
-      for (int k = 0; k < 8; ++k) {
-        const double at = 1000.0 * k;
-        m.OnWait(at + 0.5 - (r == 0 ? 0.040 : 0.0), at + 0.5);
-        if (k % 2 == 1) {  // (a round with a collective but no mark would count a step inferred from its names)
-          m.OnExecuted({"g"}, OpType::ALLREDUCE, 4000, n, 0.001);
-          m.MarkStep();
-        }
-        m.Round(t, false);
+  auto summaries = OnRanks(n, [](Monitor& m, Transport& t, int r) {
+    for (int k = 0; k < 8; ++k) {
+      const double at = 1000.0 * k;
+      m.OnWait(at + 0.5 - (r == 0 ? 0.040 : 0.0), at + 0.5);
+      if (k % 2 == 1) {  // (a round with a collective but no mark would count a step inferred from its names)
+        m.OnExecuted({"g"}, OpType::ALLREDUCE, 4000, n, 0.001);
+        m.MarkStep();
       }
-      summaries[r] = m.Summary();
-    });
-  for (auto& th : threads) th.join();
+      m.Round(t, false);
+    }
+  });
   EXPECT(summaries[0].find("\"slowest\":{\"rank\":1,\"waited_ms_per_step\":80.000") != std::string::npos);
 }
 
@@ -119,24 +120,14 @@ TEST(MonitorBusBandwidthIsNcclTestsConvention) {
   // broadcast of 10 MB all of it (1 GB/s), an allgather of 10 MB (n-1)/n (0.75 GB/s); the total is their sum over
   // the time of all three.
   const int n = 4;
-  Hub hub(n);
-  std::vector<std::string> summaries(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      Monitor m;
-      std::string error;
-      ThreadTransport t(hub, r);
-      m.Configure(MonitorOptions(), r, n, nullptr, &error);
-      m.OnExecuted({"a"}, OpType::ALLREDUCE, 10000000, n, 0.01);
-      m.Round(t, false);
-      m.OnExecuted({"b"}, OpType::BROADCAST, 10000000, n, 0.01);
-      m.Round(t, false);
-      m.OnExecuted({"g"}, OpType::ALLGATHER, 10000000, n, 0.01);
-      m.Round(t, false);
-      summaries[r] = m.Summary();
-    });
-  for (auto& th : threads) th.join();
+  auto summaries = OnRanks(n, [](Monitor& m, Transport& t, int) {
+    m.OnExecuted({"a"}, OpType::ALLREDUCE, 10000000, n, 0.01);
+    m.Round(t, false);
+    m.OnExecuted({"b"}, OpType::BROADCAST, 10000000, n, 0.01);
+    m.Round(t, false);
+    m.OnExecuted({"g"}, OpType::ALLGATHER, 10000000, n, 0.01);
+    m.Round(t, false);
+  });
   const std::string& s = summaries[0];
   EXPECT(s.find("\"busbw_gbps\":0.750") != std::string::npos);  // the last round: the allgather
   EXPECT(s.find("\"total\":{\"wait_s\":0.000,\"transfer_s\":0.030,\"bytes_reduced\":10000000,\"collectives\":3,"
