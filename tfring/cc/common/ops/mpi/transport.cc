@@ -101,7 +101,8 @@ Status MpiTransport::Wait(MPI_Request* request, const char* what) {
       const int waited = static_cast<int>(Now() - start);
       if (silent.empty()) {  // every rank is alive and waiting here too: the wait is legitimate
         warn_at = warn_at == kNever ? kNever : Now() + warn_every;
-        if (give_up_at != kNever) give_up_at = std::max(give_up_at, Now() + kCensusSeconds);
+        // The next deciding census a second from now, not at once: no ping storm while the wait goes on.
+        if (give_up_at != kNever) give_up_at = std::max(give_up_at, Now() + 2 * kCensusSeconds);
         continue;
       }
       if (final && ctx_.fault_tolerant && !ended_silent) {
