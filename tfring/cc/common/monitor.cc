@@ -1,4 +1,5 @@
 #include "monitor.h"
+#include "clock.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,7 +13,7 @@
 namespace tfring {
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() { return SteadySeconds(); }
 
 // Bytes a collective moves over the busiest link per byte of payload (nccl-tests' bus bandwidth factors).
 double BusFactor(OpType op, int n) {

@@ -1,4 +1,5 @@
 #include "runtime.h"
+#include "clock.h"
 
 #include <thread>
 
@@ -36,7 +37,7 @@ int64_t LocalBytes(OpType op, const std::vector<TensorEntry*>& entries) {
 
 constexpr std::chrono::microseconds kIdleWait(100000);
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() { return SteadySeconds(); }
 
 }  // namespace
 
@@ -343,7 +344,7 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
     if (set.id != 0) {
       status = Status::InvalidArgument("tfring: GPU collectives run on the global process set only");
     } else if (Staged(response)) {
-      status = PerformStaged(set, response, entries);
+      status = ExecuteOnHost(set, response, entries, true);
     } else {
       const int64_t bytes = LocalBytes(response.op, entries);
       if (PerformOnGpu(response, &taken, &status)) {
@@ -362,16 +363,7 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
     for (auto* e : entries)
       if (e && e->join_result) *e->join_result = id;
   } else {
-    const double start = Now();
-    {
-      TimelineActivity activity(&timeline_, response.names, "EXECUTE");
-      set.backend->SetHierarchical(hierarchical_);  // rank 0's setting, identical on every rank at this point
-      status = set.backend->Execute(response, entries);
-      if (!status.ok()) status = set.backend->Explain(status);
-    }
-    if (status.ok())
-      monitor_.OnExecuted(response.names, response.op, LocalBytes(response.op, entries),
-                          static_cast<int>(set.ranks.size()), Now() - start);
+    status = ExecuteOnHost(set, response, entries, false);
   }
   if (!status.ok()) TFR_LOG(TFR_DEBUG, "collective failed: " << status.message());
   if (status.code() == StatusCode::WORKERS_FAILED) OnWorkerFailure(status);
@@ -402,13 +394,15 @@ bool Runtime::Staged(const Response& response) const {
   return staging_ && (!nccl_ || SharesDevice(response.devices, topology_.host_of));
 }
 
-Status Runtime::PerformStaged(ProcessSet& set, const Response& response, const std::vector<TensorEntry*>& entries) {
+Status Runtime::ExecuteOnHost(ProcessSet& set, const Response& response, const std::vector<TensorEntry*>& entries,
+                              bool staged) {
   const double start = Now();
   Status status;
   {
     TimelineActivity activity(&timeline_, response.names, "EXECUTE");
-    set.backend->SetHierarchical(hierarchical_);
-    status = tfring::PerformStaged(response, entries, *set.backend, *staging_, settings_.gpu_timeout_seconds, start);
+    set.backend->SetHierarchical(hierarchical_);  // rank 0's setting, identical on every rank at this point
+    status = staged ? PerformStaged(response, entries, *set.backend, *staging_, settings_.gpu_timeout_seconds, start)
+                    : set.backend->Execute(response, entries);
     if (!status.ok()) status = set.backend->Explain(status);
   }
   if (status.ok())

@@ -66,7 +66,9 @@ class Runtime {
   bool PerformOnGpu(const Response& response, std::vector<TensorEntry>* taken, Status* status);
   // GPU tensors through host memory over MPI (ops/staging.h) when ranks of a host share a GPU or TFRING_NCCL=0.
   bool Staged(const Response& response) const;
-  Status PerformStaged(ProcessSet& set, const Response& response, const std::vector<TensorEntry*>& entries);
+  // The MPI backend's run of a response (staged: GPU tensors through host memory), timed for the monitor.
+  Status ExecuteOnHost(ProcessSet& set, const Response& response, const std::vector<TensorEntry*>& entries,
+                       bool staged);
   void FailAll(const Status& status);
   void RevokeAll();  // every communicator of every set (no-op without ULFM)
   // Revokes every communicator and records the failure (once); true.

@@ -1,4 +1,5 @@
 #include "transport.h"
+#include "../../clock.h"
 
 #include <signal.h>
 
@@ -19,7 +20,7 @@ constexpr double kCensusSeconds = 1.0;       // how long a census waits for the 
 constexpr double kFailureGraceSeconds = 10;  // elastic: for MPI to report a silent rank ended by a peer
 constexpr double kNever = 1e300;
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() { return SteadySeconds(); }
 
 std::string Seconds(double s) {
   std::ostringstream out;

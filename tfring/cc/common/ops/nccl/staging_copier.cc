@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "../../checks.h"
+#include "../../clock.h"
 #include "../gpu_backend.h"
 #include "../staging.h"
 
 namespace tfring {
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() { return SteadySeconds(); }
 
 Status Poll(const std::function<cudaError_t()>& query, double deadline, const std::string& what) {
   for (int spins = 0;; ++spins) {
