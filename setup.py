@@ -361,7 +361,7 @@ setup(
                     # tf_keras requires the full `tensorflow` wheel, which pip would install over tensorflow-cpu
                     # (2.4 GB, CUDA probes on every rank): install it with --no-deps instead (README).
                     "tf_keras": ["tf_keras~=2.21.0"],
-                    "test": ["pytest", "scikit-learn", "ruff", "clang-format", "pdoc", "psutil"],
+                    "test": ["pytest", "pytest-xdist", "scikit-learn", "ruff", "clang-format", "pdoc", "psutil"],
                     "gpu": ["nvidia-nccl-cu12"],
                     # The torch binding compiles against the torch in the environment: install torch first, then
                     # tfring with --no-build-isolation (README).

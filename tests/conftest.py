@@ -136,6 +136,31 @@ def hosts_unavailable(reason):
     pytest.skip(reason)
 
 
+# Under pytest-xdist (README: `pytest -n 2`) tests run on two workers at once, a test at a time each, except for these,
+# which go to one worker together: the emulated hosts (network namespaces set up per module, named after the worker's
+# pid), Ray (one local cluster at a time: its default ports) and each engine file (its module-scoped Spark session
+# or trained model would otherwise be built once per worker). (Not xdist's `--dist loadgroup`: with pytest 9 it
+# no longer groups anything.)
+def xdist_unit(nodeid):
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/hosts/"):
+        return "tests/hosts"
+    if path.startswith("tests/engines/test_ray"):
+        return "ray"
+    return path if path.startswith("tests/engines/") else nodeid
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own choice
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return xdist_unit(nodeid)
+
+    return Units(config, log)
+
+
 def pytest_report_header(config):
     import tfring
     return "tfring under test: %s" % os.path.dirname(tfring.__file__)
