@@ -214,6 +214,8 @@ def reset(failure):
     """
     global _resets, _agreed
     _resets += 1
+    if failure:  # from here on this rank leaves without MPI_Finalize, which can hang after a process failure
+        membership.failed = True
     limit = reset_limit()
     if limit >= 0 and _resets > limit:
         raise RuntimeError("tfring.elastic: the job was reset %d times (--reset-limit %d); ending it"
@@ -223,7 +225,6 @@ def reset(failure):
     basics.shutdown()  # the background thread stops (it already has after a failure); MPI is ours now
     comm = base_comm()
     if failure:
-        membership.failed = True
         with _Deadline("shrinking the communicator", timeout()):
             comm = comm.Shrink()
         lost = (old_size or comm.size) - comm.size
