@@ -4,6 +4,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -205,6 +206,31 @@ def wanted(framework, module):
     return False
 
 
+_GPU_CODE = re.compile(r"TFRING_HAVE_NCCL|#include <(cuda|nccl)")
+
+
+def reads_gpu_macros(src, seen=None):
+    """Whether a source, or a project header it includes (transitively), compiles differently in a GPU build.
+    Only those get the GPU flags: every other object of a GPU build is the CPU build's, which the build directory
+    keeps (a CPU build then a GPU one recompiles ~20 files instead of ~70)."""
+    seen = set() if seen is None else seen
+    if src in seen:
+        return False
+    seen.add(src)
+    with open(os.path.join(HERE, src)) as f:
+        text = f.read()
+    if _GPU_CODE.search(text):
+        return True
+    for name in re.findall(r'#include "([^"]+)"', text):
+        for base in (os.path.dirname(src), "tfring/cc", "."):
+            header = os.path.normpath(os.path.join(base, name))
+            if os.path.exists(os.path.join(HERE, header)):
+                if reads_gpu_macros(header, seen):
+                    return True
+                break
+    return False
+
+
 def _newest_header():
     return max(os.path.getmtime(h) for h in glob.glob("tfring/cc/**/*.h", recursive=True))
 
@@ -215,7 +241,7 @@ class BuildOps(build_ext):
     2 jobs in parallel; an object newer than its source and every header, built with the same flags, is kept."""
 
     def run(self):
-        self._core = None
+        self._core, self._gpu_c = None, []
         super().run()
 
     def _compile(self, jobs, gpu=None):
@@ -225,6 +251,8 @@ class BuildOps(build_ext):
 
         def compile_one(job):
             src, flags = job
+            if flags is not None and self._gpu_c and reads_gpu_macros(os.path.relpath(src, HERE)):
+                flags = flags + self._gpu_c
             tag = hashlib.sha1(json.dumps(flags).encode()).hexdigest()[:10]
             obj = os.path.join(objdir, "%s.%s.o" % (src.replace("/", "_"), tag))
             if os.path.exists(obj) and os.path.getmtime(obj) > max(os.path.getmtime(src), newest):
@@ -253,7 +281,8 @@ class BuildOps(build_ext):
         self._gpu = gpu = gpu_config()
         gpu_c, gpu_l = gpu_flags(gpu) if gpu else ([], [])
         self._common = ["-O2", "-fPIC", "-std=c++17", "-Wall", "-Wno-sign-compare", "-DNDEBUG",
-                        "-D_GLIBCXX_USE_CXX11_ABI=1"] + gpu_c
+                        "-D_GLIBCXX_USE_CXX11_ABI=1"]
+        self._gpu_c = gpu_c  # added per file by _compile (reads_gpu_macros)
         jobs = [(src, self._common + mpi_c) for src in core_sources()]
         if gpu:
             host, device = nccl_sources()

@@ -157,12 +157,17 @@ def xdist_unit(nodeid):
     return path if path.startswith("tests/engines/") else nodeid
 
 
+# The longest launches (30-100 s each on this machine): started first under xdist.
+LONGEST = ("tests/tf/test_ranks.py", "tests/keras3/test_keras_backends.py", "tests/cc/test_gpu_build.py",
+           "tests/jx/test_jax_ranks.py", "tests/elastic/test_keras_elastic.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """On xdist's workers (each collects the same list; the controller hands out units in its order): tests that
-    launch first, so that the hundreds of in-process ones fill the gaps at the end instead of one worker finishing
-    a long launch alone."""
+    """On xdist's workers (each collects the same list; the controller hands out units in its order): the longest
+    launches first, then the other tests that launch, so that the hundreds of in-process ones fill the gaps at the
+    end instead of one worker finishing a long launch alone."""
     if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        items.sort(key=lambda item: (not item.nodeid.startswith(LONGEST), item.get_closest_marker("slow") is None))
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own choice

@@ -108,11 +108,21 @@ def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
     env = dict(os.environ, TFRING_GPU_OPERATIONS="NCCL", TF_CPP_MIN_LOG_LEVEL="2", TFRING_CUDA_ARCHS="80",
                **{"TFRING_WITH_PYTORCH" if with_torch else "TFRING_WITHOUT_PYTORCH": "1",
                   "TFRING_WITH_JAX" if with_jax else "TFRING_WITHOUT_JAX": "1"})
+    # Only what a GPU build compiles differently is compiled (setup.reads_gpu_macros): the objects of the CPU build
+    # this tree was installed from (pip builds in the tree's build/) serve for the rest, as in a developer's tree.
+    cpu_objects = glob.glob(os.path.join(ROOT, "build", "temp.*", "tfring_obj"))
+    if cpu_objects:
+        shutil.copytree(cpu_objects[0], str(tmp_path / "tmp" / "tfring_obj"))  # copy2: their times stay
     build = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
                             "--build-temp", str(tmp_path / "tmp")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=1200)
     assert build.returncode == 0, build.stdout[-5000:]
     assert "nvcc" in build.stdout and "gpu_kernels.cu" in build.stdout
+    compiled = {line.split()[2]: line for line in build.stdout.splitlines() if line.startswith("g++ -c ")}
+    assert "-DTFRING_HAVE_NCCL=1" in compiled["tfring/cc/common/runtime.cc"]
+    # A file that never sees the GPU macros compiles as in the CPU build (so its object is reused when there is one)
+    assert "-DTFRING_HAVE_NCCL" not in compiled.get("tfring/cc/common/coordinator.cc", "")
+    print("GPU build: %d files compiled with g++ (%s CPU objects)" % (len(compiled), "with" if cpu_objects else "no"))
     # The XLA "CUDA" handlers are compiled for every XLA user (TF's lowering; the JAX binding) and exported.
     compile_lines = [line for line in build.stdout.splitlines() if line.startswith("g++ -c ")]
     gpu_handler_lines = [line for line in compile_lines if line.startswith("g++ -c tfring/cc/xla/handlers_gpu.cc")]
