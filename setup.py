@@ -212,7 +212,7 @@ _GPU_CODE = re.compile(r"TFRING_HAVE_NCCL|#include <(cuda|nccl)")
 def reads_gpu_macros(src, seen=None):
     """Whether a source, or a project header it includes (transitively), compiles differently in a GPU build.
     Only those get the GPU flags: every other object of a GPU build is the CPU build's, which the build directory
-    keeps (a CPU build then a GPU one recompiles ~20 files instead of ~70)."""
+    keeps (a CPU build then a GPU one recompiles 26 of today's 60 files)."""
     seen = set() if seen is None else seen
     if src in seen:
         return False

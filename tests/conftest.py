@@ -145,7 +145,7 @@ def hosts_unavailable(reason):
 
 # Under pytest-xdist (README: `pytest -n 2`) tests run on two workers at once, a test at a time each, except for these,
 # which go to one worker together: the emulated hosts (network namespaces set up per module, named after the worker's
-# pid), Ray (one local cluster at a time: its default ports) and each engine file (its module-scoped Spark session
+# pid), Ray (one local cluster at a time, for both Ray files) and each engine file (its module-scoped Spark session
 # or trained model would otherwise be built once per worker). (Not xdist's `--dist loadgroup`: with pytest 9 it
 # no longer groups anything.)
 def xdist_unit(nodeid):

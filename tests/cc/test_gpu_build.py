@@ -118,13 +118,13 @@ def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
                            stderr=subprocess.STDOUT, text=True, timeout=1200)
     assert build.returncode == 0, build.stdout[-5000:]
     assert "nvcc" in build.stdout and "gpu_kernels.cu" in build.stdout
-    compiled = {line.split()[2]: line for line in build.stdout.splitlines() if line.startswith("g++ -c ")}
+    compile_lines = [line for line in build.stdout.splitlines() if line.startswith("g++ -c ")]
+    compiled = {line.split()[2]: line for line in compile_lines}
     assert "-DTFRING_HAVE_NCCL=1" in compiled["tfring/cc/common/runtime.cc"]
     # A file that never sees the GPU macros compiles as in the CPU build (so its object is reused when there is one)
     assert "-DTFRING_HAVE_NCCL" not in compiled.get("tfring/cc/common/coordinator.cc", "")
     print("GPU build: %d files compiled with g++ (%s CPU objects)" % (len(compiled), "with" if cpu_objects else "no"))
     # The XLA "CUDA" handlers are compiled for every XLA user (TF's lowering; the JAX binding) and exported.
-    compile_lines = [line for line in build.stdout.splitlines() if line.startswith("g++ -c ")]
     gpu_handler_lines = [line for line in compile_lines if line.startswith("g++ -c tfring/cc/xla/handlers_gpu.cc")]
     assert len(gpu_handler_lines) == (2 if with_jax else 1), build.stdout[-5000:]
     assert all("-DTFRING_HAVE_NCCL=1" in line for line in gpu_handler_lines)
