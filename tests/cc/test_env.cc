@@ -23,9 +23,15 @@ TEST(knob_rows_are_unique_and_typed) {
     EXPECT(names.insert(k.name).second);
     int fields = (k.int_field != nullptr) + (k.double_field != nullptr) + (k.bool_field != nullptr) +
                  (k.string_field != nullptr);
-    EXPECT_EQ(fields, 1);
+    EXPECT_EQ(fields, k.read_by_core() ? 1 : 0);  // a Python-side row has none
     Settings s{};
     EXPECT_EQ(ParseKnob(k, k.default_value, &s), "");  // every default parses cleanly
+    // A flag's spelling: "--x", or a boolean's "--on|--off" pair; a config key "section.key".
+    const std::string flag = k.flag, config = k.config;
+    EXPECT(flag.empty() ||
+           (flag.rfind("--", 0) == 0 && (flag.find('|') == std::string::npos) == (k.type != tfring::KnobType::BOOL)));
+    EXPECT(config.empty() || (!flag.empty() && config.find('.') != std::string::npos));
+    EXPECT(flag.empty() == (*k.group == 0) && flag.empty() == (*k.flag_help == 0));
   }
 }
 

@@ -9,7 +9,7 @@ ELASTIC_SECRET = "TFRING_ELASTIC_SECRET"            # the job's secret (hex); fo
 ELASTIC_DRIVERS = "TFRING_ELASTIC_DRIVERS"          # JSON {host: "host:port"}: the service's address per added host
 ELASTIC_MIN_NP = "TFRING_ELASTIC_MIN_NP"            # --min-np
 ELASTIC_MAX_NP = "TFRING_ELASTIC_MAX_NP"            # --max-np (0: no maximum)
-ELASTIC_TIMEOUT = "TFRING_ELASTIC_TIMEOUT"          # --elastic-timeout, seconds
+ELASTIC_TIMEOUT = "TFRING_ELASTIC_TIMEOUT"          # --elastic-timeout, seconds (a knob too: the table's row)
 ELASTIC_RESET_LIMIT = "TFRING_ELASTIC_RESET_LIMIT"  # --reset-limit (-1: none)
 ELASTIC_COMMAND = "TFRING_ELASTIC_COMMAND"          # JSON argv new ranks run (MPI_Comm_spawn)
 ELASTIC_DISCOVERY = "TFRING_ELASTIC_DISCOVERY"      # "1": hosts may come (commits also go to disk)
@@ -25,9 +25,6 @@ SLOT_INDEX = "TFRING_SLOT_INDEX"      # the slot this rank belongs to
 SLOT_ASSIGN = "TFRING_SLOT_ASSIGN"    # elastic slot jobs: JSON {host: {"anchor": [pid, start], "slots": [[index,
 #                                       pid, start], ...] by local rank}} (spawned: its host only), for the watchdogs
 SLOT_HOST_ID = "TFRING_SLOT_HOST_ID"  # tests: a made-up host id per slot ("{index}" replaced)
-
-# Read by the ranks, set by users or the launcher's flags.
-DYNAMIC_PROCESS_SETS = "TFRING_DYNAMIC_PROCESS_SETS"  # --process-sets-dynamic (HOROVOD_ alias)
 
 
 def elastic_enabled(environ=None):

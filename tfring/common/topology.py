@@ -233,11 +233,12 @@ def gloo_enabled():
 
 
 def knob_table():
-    """Every TFRING_* environment setting the runtime reads (each also read as HOROVOD_*).
+    """Every TFRING_* environment setting tfring reads (each also read as HOROVOD_*): the runtime's, and the few its
+    Python side reads (the launcher, the Spark driver, TF's gradient overlap). tfring.common.knobs has the whole
+    rows (range, launcher flag, config-file key).
 
     Returns:
         list: (name, type, default, description) tuples of strings.
     """
-    c = _lib.core()
-    rows = c.tfring_knob_table().decode().strip().splitlines()
-    return [tuple(r.split("|", 3)) for r in rows]
+    from tfring.common import knobs
+    return [(k.name, k.type, k.default, k.doc) for k in knobs.table()]

@@ -4,30 +4,24 @@ elastic flags are checked, and horovodrun's elastic defaults filled in."""
 import functools
 import os
 
+from tfring.common import knobs
 from tfring.runner.flags import UsageError, build_parser
 
-# dest -> (TFRING_ knob, conversion). Each knob is one row of the runtime's table (env.cc).
-KNOB_FLAGS = {
-    "fusion_threshold_mb": ("TFRING_FUSION_THRESHOLD", lambda v: str(int(float(v) * 1024 * 1024))),
-    "cycle_time_ms": ("TFRING_CYCLE_TIME", str),
-    "cache_capacity": ("TFRING_CACHE_CAPACITY", str),
-    "log_level": ("TFRING_LOG_LEVEL", lambda v: "error" if v.lower() == "fatal" else v.lower()),
-    "timeline_filename": ("TFRING_TIMELINE", str),
-    "timeline_mark_cycles": ("TFRING_TIMELINE_MARK_CYCLES", lambda v: "1" if v else "0"),
-    "timeline_rank0_only": ("TFRING_TIMELINE_RANK0_ONLY", lambda v: "1" if v else "0"),
-    "metrics_file": ("TFRING_METRICS_FILE", str),
-    "no_straggler_check": ("TFRING_STRAGGLER_CHECK", lambda v: "0" if v else "1"),
-    "no_stall_check": ("TFRING_STALL_CHECK_DISABLE", lambda v: "1" if v else "0"),
-    "stall_check_warning_time_seconds": ("TFRING_STALL_CHECK_TIME_SECONDS", str),
-    "stall_check_shutdown_time_seconds": ("TFRING_STALL_SHUTDOWN_TIME_SECONDS", str),
-    "hierarchical_allreduce": ("TFRING_HIERARCHICAL_ALLREDUCE", lambda v: "1" if v else "0"),
-    "hierarchical_allgather": ("TFRING_HIERARCHICAL_ALLGATHER", lambda v: "1" if v else "0"),
-    "autotune": ("TFRING_AUTOTUNE", lambda v: "1" if v else "0"),
-    "autotune_log_file": ("TFRING_AUTOTUNE_LOG", str),
-    "autotune_warmup_samples": ("TFRING_AUTOTUNE_WARMUP_SAMPLES", str),
-    "autotune_sample_seconds": ("TFRING_AUTOTUNE_SAMPLE_SECONDS", str),
-    "autotune_samples_per_candidate": ("TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", str),
-}
+
+def _conversion(knob):
+    """The flag's value as the knob's environment value."""
+    if "|" in knob.flag:  # the first flag of the pair flips the default
+        flipped = "0" if knob.default == "1" else "1"
+        return lambda v: flipped if v else knob.default
+    if knob.type == "level":
+        return lambda v: "error" if v.lower() == "fatal" else v.lower()
+    if knob.flag_scale != 1:
+        return lambda v: str(int(float(v) * knob.flag_scale))
+    return str
+
+
+# dest -> (TFRING_ knob, conversion), from the knob table's rows that have a flag.
+KNOB_FLAGS = {knobs.dest(k): (k.name, _conversion(k)) for k in knobs.launcher_knobs()}
 
 # dest -> (asks for the unbuilt feature?, why it is refused). A value that asks for the feature to be off passes.
 REFUSED = {
@@ -57,11 +51,17 @@ IGNORED = {
                                        "median of its samples (--autotune-samples-per-candidate)",
     "gloo_timeout_seconds": "it only applies to the Gloo controller; tfring runs on MPI",
 }
-NONNEGATIVE = ["fusion_threshold_mb", "cycle_time_ms", "cache_capacity", "autotune_warmup_samples",
-               "autotune_steps_per_sample", "autotune_bayes_opt_max_samples", "stall_check_warning_time_seconds",
-               "stall_check_shutdown_time_seconds", "num_nccl_streams", "thread_affinity", "gloo_timeout_seconds",
-               "start_timeout", "autotune_sample_seconds", "autotune_samples_per_candidate", "elastic_timeout",
-               "reset_limit"]
+# The knob flags' accepted ranges, in flag units (the knob table's; the core would clamp, the launcher refuses).
+# dest -> (min, max).
+RANGES = {knobs.dest(k): (k.min / k.flag_scale, k.max / k.flag_scale) for k in knobs.launcher_knobs()
+          if k.type in ("int", "double")}
+# horovodrun's other counts and durations.
+NONNEGATIVE = ["autotune_steps_per_sample", "autotune_bayes_opt_max_samples", "num_nccl_streams", "thread_affinity",
+               "gloo_timeout_seconds", "start_timeout", "elastic_timeout", "reset_limit"]
+
+
+def _number(x):
+    return "%d" % x if x == int(x) else "%g" % x
 
 
 def flag_name(dest, parser=None):
@@ -102,6 +102,11 @@ def check(args):
         value = getattr(args, dest, None)
         if value is not None and value < 0:
             raise UsageError("%s: %s must be >= 0" % (where(dest), value))
+    for dest, (low, high) in RANGES.items():
+        value = getattr(args, dest, None)
+        if value is not None and not low <= value <= high:
+            bound = ">= %s" % _number(low) if high >= 1e300 else "in [%s, %s]" % (_number(low), _number(high))
+            raise UsageError("%s: %s must be %s" % (where(dest), value, bound))
     noise = args.autotune_gaussian_process_noise
     if noise is not None and not 0 <= noise <= 1:
         raise UsageError("%s: %s must be in [0, 1]" % (where("autotune_gaussian_process_noise"), noise))

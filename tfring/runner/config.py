@@ -3,35 +3,50 @@
 Values fill only what the command line left unset (command-line flags win). Keys tfring has no counterpart for
 are ignored with one line each (checks.check: IGNORED, IGNORED_IN_CONFIG); a key outside this layout is refused.
 Every error is one line naming the file, the key and the value."""
+from tfring.common import knobs
 from tfring.runner.flags import LOG_LEVELS, UsageError
 
-# section -> {key: (argparse dest, type)}; type: int, float, bool, str or a tuple of allowed strings.
+# section -> {key: (argparse dest, type)}; type: int, float, bool, str or a tuple of allowed strings. The keys of
+# horovodrun's layout that tfring has no knob for; the knob table adds the rest (_add_knob_keys).
 SECTIONS = {
-    "params": {"fusion_threshold_mb": ("fusion_threshold_mb", float), "cycle_time_ms": ("cycle_time_ms", float),
-               "cache_capacity": ("cache_capacity", int),
-               "hierarchical_allreduce": ("hierarchical_allreduce", bool),
-               "hierarchical_allgather": ("hierarchical_allgather", bool),
-               "torus_allreduce": ("torus_allreduce", bool)},
-    "autotune": {"enabled": ("autotune", bool), "log_file": ("autotune_log_file", str),
-                 "warmup_samples": ("autotune_warmup_samples", int),
-                 "steps_per_sample": ("autotune_steps_per_sample", int),
+    "params": {"torus_allreduce": ("torus_allreduce", bool)},
+    "autotune": {"steps_per_sample": ("autotune_steps_per_sample", int),
                  "bayes_opt_max_samples": ("autotune_bayes_opt_max_samples", int),
-                 "gaussian_process_noise": ("autotune_gaussian_process_noise", float),
-                 # tfring's own autotune knobs (not in Horovod's layout)
-                 "sample_seconds": ("autotune_sample_seconds", float),
-                 "samples_per_candidate": ("autotune_samples_per_candidate", int)},
-    "timeline": {"filename": ("timeline_filename", str), "mark_cycles": ("timeline_mark_cycles", bool)},
-    "stall_check": {"enabled": ("no_stall_check", bool),  # inverted below
-                    "warning_time_seconds": ("stall_check_warning_time_seconds", float),
-                    "shutdown_time_seconds": ("stall_check_shutdown_time_seconds", float)},
+                 "gaussian_process_noise": ("autotune_gaussian_process_noise", float)},
+    "timeline": {},
+    "stall_check": {},
     "library_options": {"mpi_threads_disable": ("mpi_threads_disable", bool),
                         "num_nccl_streams": ("num_nccl_streams", int), "thread_affinity": ("thread_affinity", int),
                         "gloo_timeout_seconds": ("gloo_timeout_seconds", int)},
-    "logging": {"level": ("log_level", tuple(LOG_LEVELS)), "with_timestamp": ("log_with_timestamp", bool),
+    "logging": {"with_timestamp": ("log_with_timestamp", bool),
                 # the config spelling of --log-hide-timestamp (Horovod's own test config uses it)
                 "hide_timestamp": ("log_with_timestamp", bool)},  # inverted below
 }
-INVERTED = {("stall_check", "enabled"), ("logging", "hide_timestamp")}
+INVERTED = {("logging", "hide_timestamp")}
+
+
+def _add_knob_keys():
+    """The knob table's config keys ("section.key", "!" first: inverted), typed as their flags, first in their
+    section (horovodrun's order)."""
+    added = {section: {} for section in SECTIONS}
+    for k in knobs.launcher_knobs():
+        if not k.config:
+            continue
+        section, key = k.config.lstrip("!").split(".")
+        if "|" in k.flag:
+            typ = bool
+        elif k.type == "level":
+            typ = tuple(LOG_LEVELS)
+        else:
+            typ = float if k.flag_scale != 1 else {"int": int, "double": float}.get(k.type, str)
+        added[section][key] = (knobs.dest(k), typ)
+        if k.config.startswith("!"):
+            INVERTED.add((section, key))
+    for section, keys in added.items():
+        SECTIONS[section] = {**keys, **SECTIONS[section]}
+
+
+_add_knob_keys()
 # top-level scalar keys: key -> (dest, type)
 TOP = {"controller": ("controller", ("gloo", "mpi")), "verbose": ("verbose", (bool, int))}
 

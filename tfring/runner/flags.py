@@ -1,10 +1,12 @@
 """horovodrun's command line (0.28.1: every flag, with its single-dash aliases); checks.py says what the flags
-mean (tfring's knob table, refusals, the elastic defaults)."""
+mean (tfring's knob table, refusals, the elastic defaults). The flags that set a TFRING_* knob come from the knob
+table (tfring.common.knobs): its rows give their spelling, --help line and type."""
 import argparse
+
+from tfring.common import knobs
 
 LOG_LEVELS = ["trace", "debug", "info", "warning", "error", "fatal"]
 DEFAULT_SLOTS = 1  # --slots-per-host
-DEFAULT_ELASTIC_TIMEOUT = 600  # --elastic-timeout, as horovodrun
 
 
 class UsageError(Exception):
@@ -54,6 +56,23 @@ def _pair(group, on, off, dest, help_on, help_off=argparse.SUPPRESS):
     g.add_argument(off, dest=dest, action="store_const", const=False, default=None, help=help_off)
 
 
+def _knob_flags(group, title):
+    """Adds the flags of the knob table's rows listed under `title`."""
+    for k in knobs.launcher_knobs():
+        if k.group != title:
+            continue
+        helps = k.flag_help.split("|")
+        helps[0] += " (%s)" % k.name
+        if "|" in k.flag:  # a boolean's --on|--off pair
+            on, off = k.flag.split("|")
+            _pair(group, on, off, knobs.dest(k), helps[0], (helps + [argparse.SUPPRESS])[1])
+        elif k.type == "level":
+            group.add_argument(k.flag, type=str.lower, choices=LOG_LEVELS, help=helps[0])
+        else:
+            typ = float if k.flag_scale != 1 else {"int": int, "double": float}.get(k.type, str)
+            group.add_argument(k.flag, type=typ, help=helps[0])
+
+
 def build_parser():
     """tfringrun's argument parser: every horovodrun 0.28.1 flag.
 
@@ -70,7 +89,7 @@ def build_parser():
     p.add_argument("--disable-cache", action="store_true", default=None,
                    help="accepted; tfringrun keeps no cache of start-up checks")
     p.add_argument("--start-timeout", type=int, help="seconds for every rank to start (default "
-                   "$TFRING_START_TIMEOUT / $HOROVOD_START_TIMEOUT, else no deadline)")
+                   "$TFRING_START_TIMEOUT / $HOROVOD_START_TIMEOUT, else 30 with remote hosts, else none)")
     p.add_argument("--network-interfaces", "--network-interface", dest="nics", action=_Nics,
                    help="NICs (or CIDR subnets) for MPI traffic, e.g. eth0,eth1; --network-interface repeats")
     p.add_argument("--output-filename", help="directory: also write each rank's tagged output to rank.<N>.log")
@@ -83,22 +102,12 @@ def build_parser():
     g.add_argument("-i", "--ssh-identity-file", help="ssh private key file")
 
     g = p.add_argument_group("tunable parameter arguments")
-    g.add_argument("--fusion-threshold-mb", type=float, help="fusion buffer size in MB (0 disables fusion)")
-    g.add_argument("--cycle-time-ms", type=float, help="milliseconds between negotiation cycles")
-    g.add_argument("--cache-capacity", type=int, help="response cache entries (0 disables the cache)")
-    _pair(g, "--hierarchical-allreduce", "--no-hierarchical-allreduce", "hierarchical_allreduce",
-          "allreduce within each host, then across hosts (TFRING_HIERARCHICAL_ALLREDUCE)", "flat allreduce")
-    _pair(g, "--hierarchical-allgather", "--no-hierarchical-allgather", "hierarchical_allgather",
-          "allgather within each host, then across hosts (TFRING_HIERARCHICAL_ALLGATHER)", "flat allgather")
+    _knob_flags(g, "tunable parameter arguments")
     _pair(g, "--torus-allreduce", "--no-torus-allreduce", "torus_allreduce",
           "not built (refused); --no-torus-allreduce is accepted", "accepted")
 
     g = p.add_argument_group("autotune arguments")
-    _pair(g, "--autotune", "--no-autotune", "autotune", "tune fusion threshold and cycle time online")
-    g.add_argument("--autotune-log-file", help="CSV of every autotune sample and decision (rank 0)")
-    g.add_argument("--autotune-warmup-samples", type=int, help="samples dropped after each switch")
-    g.add_argument("--autotune-sample-seconds", type=float, help="tfring: seconds of collective activity per sample")
-    g.add_argument("--autotune-samples-per-candidate", type=int, help="tfring: samples per candidate (median)")
+    _knob_flags(g, "autotune arguments")
     for flag, typ in (("--autotune-steps-per-sample", int), ("--autotune-bayes-opt-max-samples", int),
                       ("--autotune-gaussian-process-noise", float)):
         g.add_argument(flag, type=typ, help="Horovod's Bayesian-optimisation knob: accepted and ignored (tfring's "
@@ -112,28 +121,15 @@ def build_parser():
     g.add_argument("--slots-per-host", dest="slots", type=int,
                    help="slots of a discovered host listed without :slots (default %d)" % DEFAULT_SLOTS)
     g.add_argument("--elastic-timeout", type=int, help="seconds to wait for --min-np slots at the start or after "
-                   "a failure (default $HOROVOD_ELASTIC_TIMEOUT, else %d)" % DEFAULT_ELASTIC_TIMEOUT)
+                   "a failure (default $TFRING_ELASTIC_TIMEOUT / $HOROVOD_ELASTIC_TIMEOUT, else %s)"
+                   % knobs.row("TFRING_ELASTIC_TIMEOUT").default)
     g.add_argument("--reset-limit", type=int, help="most resets (failures and growths) before the job ends "
                    "(default: no limit)")
     g.add_argument("--blacklist-cooldown-range", dest="cooldown_range", type=int, nargs=2, metavar=("MIN", "MAX"),
                    help="a blacklisted host comes back after a random MIN..MAX seconds (default: never)")
 
-    g = p.add_argument_group("timeline arguments")
-    g.add_argument("--timeline-filename", help="Chrome-trace JSON timeline of every rank, written by rank 0")
-    _pair(g, "--timeline-mark-cycles", "--no-timeline-mark-cycles", "timeline_mark_cycles", "mark cycles")
-    _pair(g, "--timeline-rank0-only", "--no-timeline-rank0-only", "timeline_rank0_only",
-          "record rank 0's events only (Horovod's timeline)")
-
-    g = p.add_argument_group("monitoring arguments")
-    g.add_argument("--metrics-file", help="rank 0 writes every rank's metrics there as JSON lines (wait, transfer, "
-                   "bytes, bus bandwidth, straggler), at most once per TFRING_MONITOR_INTERVAL_SECONDS")
-    _pair(g, "--no-straggler-check", "--straggler-check", "no_straggler_check",
-          "do not warn about stragglers (the metrics still name them)")
-
-    g = p.add_argument_group("stall check arguments")
-    _pair(g, "--no-stall-check", "--stall-check", "no_stall_check", "disable the stall inspector")
-    g.add_argument("--stall-check-warning-time-seconds", type=float, help="seconds until a stall warning")
-    g.add_argument("--stall-check-shutdown-time-seconds", type=float, help="seconds until a stall fails the job")
+    for title in ("timeline arguments", "monitoring arguments", "stall check arguments"):
+        _knob_flags(p.add_argument_group(title), title)
 
     g = p.add_argument_group("library arguments")
     _pair(g, "--mpi-threads-disable", "--no-mpi-threads-disable", "mpi_threads_disable",
@@ -147,7 +143,7 @@ def build_parser():
     g.add_argument("--gloo-timeout-seconds", type=int, help="accepted and ignored: Gloo only")
 
     g = p.add_argument_group("logging arguments")
-    g.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, help="tfring's backend log level")
+    _knob_flags(g, "logging arguments")
     g = g.add_mutually_exclusive_group()
     g.add_argument("--log-with-timestamp", dest="log_with_timestamp", action="store_const", const=True,
                    default=None, help="timestamp tfring's backend log lines and tfringrun's own messages")

@@ -10,10 +10,10 @@ import shlex
 import socket
 import sys
 
-from tfring.common import launch_env
+from tfring.common import knobs, launch_env
 from tfring.runner.checks import knob_env
 from tfring.runner.env import export_args
-from tfring.runner.flags import DEFAULT_ELASTIC_TIMEOUT, UsageError
+from tfring.runner.flags import UsageError
 from tfring.runner.hosts import parse_hostfile, parse_hosts
 from tfring.runner.info import mpirun_path
 from tfring.runner.output import STARTED
@@ -24,7 +24,7 @@ KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "3", "--mca", "oob_tcp_keepalive
              "--mca", "oob_tcp_keepalive_probes", "3"]
 # --tcp: point-to-point over the TCP BTL only (shared memory within a host stays: it is not a network).
 TCP_ONLY = ["--mca", "pml", "ob1", "--mca", "btl", "tcp,sm,self"]
-DEFAULT_START_TIMEOUT = 30
+DEFAULT_REMOTE_START_TIMEOUT = 30  # horovodrun's; with no remote host there is none (the knob left unset)
 
 
 def start_timeout(args, environ, remote):
@@ -44,13 +44,26 @@ def start_timeout(args, environ, remote):
     """
     if args.start_timeout is not None:
         return args.start_timeout
-    for name in ("TFRING_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
-        if environ.get(name):
-            try:
-                return int(environ[name])
-            except ValueError:
-                raise UsageError("%s=%r: expected a whole number of seconds" % (name, environ[name]))
-    return DEFAULT_START_TIMEOUT if remote else 0
+    seconds = whole_seconds("TFRING_START_TIMEOUT", environ)
+    if seconds is not None:
+        return seconds
+    return DEFAULT_REMOTE_START_TIMEOUT if remote else 0
+
+
+def whole_seconds(knob, environ):
+    """A knob of whole seconds from the environment (or its HOROVOD_ name), else its table default; None when
+    neither gives one.
+
+    Raises:
+        UsageError: a malformed value, naming the variable.
+    """
+    value, var = knobs.value(knob, environ)
+    if value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError("%s=%r: expected a whole number of seconds" % (var or knob + " (default)", value)) from None
 
 
 def host_list(args):
@@ -76,8 +89,8 @@ def host_list(args):
 
 
 def elastic_timeout(args, environ):
-    """Seconds an elastic job waits for --min-np slots: --elastic-timeout, else $HOROVOD_ELASTIC_TIMEOUT, else 600
-    (horovodrun's default).
+    """Seconds an elastic job waits for --min-np slots: --elastic-timeout, else $TFRING_ELASTIC_TIMEOUT /
+    $HOROVOD_ELASTIC_TIMEOUT, else the table's 600 (horovodrun's default).
 
     Args:
         args: parsed arguments.
@@ -87,17 +100,11 @@ def elastic_timeout(args, environ):
         int: seconds.
 
     Raises:
-        UsageError: a malformed $HOROVOD_ELASTIC_TIMEOUT.
+        UsageError: a malformed $TFRING_ELASTIC_TIMEOUT / $HOROVOD_ELASTIC_TIMEOUT.
     """
     if args.elastic_timeout is not None:
         return args.elastic_timeout
-    value = environ.get("HOROVOD_ELASTIC_TIMEOUT")
-    if value:
-        try:
-            return int(value)
-        except ValueError:
-            raise UsageError("HOROVOD_ELASTIC_TIMEOUT=%r: expected a whole number of seconds" % value) from None
-    return DEFAULT_ELASTIC_TIMEOUT
+    return whole_seconds(launch_env.ELASTIC_TIMEOUT, environ)
 
 
 def is_loopback(nic):

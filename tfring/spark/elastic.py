@@ -11,6 +11,7 @@ import threading
 import uuid
 import warnings
 
+from tfring.common import launch_env
 from tfring.spark.runner import STOP_GRACE, _driver_address, _launch_args, seconds_setting, start_timeout_of
 
 WHO = "tfring.spark.run_elastic"
@@ -26,7 +27,7 @@ def _task(driver, secret, _partition):
 
 
 def _elastic_timeout(value):
-    return seconds_setting(WHO, "elastic_timeout", value, ("TFRING_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT"), 600)
+    return seconds_setting(WHO, "elastic_timeout", value, launch_env.ELASTIC_TIMEOUT)
 
 
 def _sizes(sc, num_proc, min_num_proc, max_num_proc, min_np, max_np):

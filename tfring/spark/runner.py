@@ -11,9 +11,9 @@ import sys
 import threading
 import uuid
 
+from tfring.common import knobs
 from tfring.runner.slots import LaunchError, RankError, SlotJob
 
-DEFAULT_START_TIMEOUT = 600  # horovod.spark's default
 STOP_GRACE = 15.0  # seconds the tasks have to end on their own before the Spark job is cancelled
 
 
@@ -26,15 +26,14 @@ def _task(driver, secret, _partition):
     return [index]
 
 
-def seconds_setting(who, name, value, env_names, default, environ=None):
-    """A number of seconds from an argument, else the first of `env_names` set, else `default`.
+def seconds_setting(who, name, value, knob, environ=None):
+    """A number of seconds from an argument, else the knob (its TFRING_ or HOROVOD_ variable, else its default).
 
     Args:
         who: what the error message starts with.
         name: the argument's name.
         value: the argument, or None.
-        env_names: environment variables to look at, in order.
-        default: seconds when none is given.
+        knob: the TFRING_* row of the knob table.
         environ: the environment (default os.environ).
 
     Returns:
@@ -43,8 +42,8 @@ def seconds_setting(who, name, value, env_names, default, environ=None):
     Raises:
         ValueError: a value that is not a positive, finite number (NaN and infinity too: every wait has a deadline).
     """
-    env = os.environ if environ is None else environ
-    for key, v in [(name, value)] + [(n, env.get(n)) for n in env_names]:
+    setting, var = knobs.value(knob, environ)
+    for key, v in ((name, value), (var or knob, setting)):
         if v is None or v == "":
             continue
         try:
@@ -54,12 +53,11 @@ def seconds_setting(who, name, value, env_names, default, environ=None):
         if not (0 < seconds < float("inf")):
             raise ValueError("%s: %s=%r: expected a positive, finite number of seconds" % (who, key, v))
         return seconds
-    return float(default)
 
 
 def start_timeout_of(start_timeout, environ=None):
     """The seconds the job has for every task to start: the argument, else $TFRING_SPARK_START_TIMEOUT or
-    $HOROVOD_SPARK_START_TIMEOUT, else 600.
+    $HOROVOD_SPARK_START_TIMEOUT, else the table's 600 (horovod.spark's default).
 
     Args:
         start_timeout: the run() argument, or None.
@@ -71,13 +69,12 @@ def start_timeout_of(start_timeout, environ=None):
     Raises:
         ValueError: a value that is not a positive number.
     """
-    names = ("TFRING_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT")
-    return seconds_setting("tfring.spark.run", "start_timeout", start_timeout, names, DEFAULT_START_TIMEOUT, environ)
+    return seconds_setting("tfring.spark.run", "start_timeout", start_timeout, "TFRING_SPARK_START_TIMEOUT", environ)
 
 
 def _driver_address(sc):
     # The address the executors reach the driver at (spark.driver.host), so the service listens there only.
-    host = os.environ.get("TFRING_SPARK_DRIVER_HOST") or sc.getConf().get("spark.driver.host") or \
+    host = knobs.value("TFRING_SPARK_DRIVER_HOST")[0] or sc.getConf().get("spark.driver.host") or \
         os.environ.get("SPARK_LOCAL_IP") or socket.gethostname()
     address = socket.gethostbyname(host)
     if address in ("0.0.0.0", ""):

@@ -1,5 +1,6 @@
 #include "c_api.h"
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -104,12 +105,21 @@ double tfring_cycle_time_ms() {
 }
 
 const char* tfring_knob_table() {
-  static std::string rows;
-  if (rows.empty()) {
+  static const std::string rows = [] {
     static const char* types[] = {"int", "double", "bool", "string", "level"};
+    auto num = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof(b), "%.17g", v);
+      return std::string(b);
+    };
+    std::string out;
+    const std::string sep = "\x1f";  // the unit separator: no doc string holds it
     for (const auto& k : tfring::KnobTable())
-      rows += std::string(k.name) + "|" + types[static_cast<int>(k.type)] + "|" + k.default_value + "|" + k.doc + "\n";
-  }
+      out += std::string(k.name) + sep + types[static_cast<int>(k.type)] + sep + k.default_value + sep + k.doc + sep +
+             num(k.min) + sep + num(k.max) + sep + k.flag + sep + k.group + sep + k.flag_help + sep + k.config + sep +
+             num(k.flag_scale) + sep + (k.read_by_core() ? "core" : "python") + "\n";
+    return out;
+  }();
   return rows.c_str();
 }
 

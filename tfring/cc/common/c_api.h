@@ -30,8 +30,10 @@ int tfring_mpi_threads_supported();
 int tfring_built(const char* what);
 // The fusion threshold (bytes) and cycle time (ms) in force now (autotune changes them); -1 if not initialized.
 int64_t tfring_fusion_threshold();
-double tfring_cycle_time_ms();    // "mpi", "nccl", "gloo", "cuda"
-const char* tfring_knob_table();  // "name|type|default|doc\n" rows
+double tfring_cycle_time_ms();  // "mpi", "nccl", "gloo", "cuda"
+// One "\n"-ended row per knob, fields split by "\x1f": name, type, default, doc, min, max, flag, group,
+// flag help, config key, flag scale, "core" or "python" (who reads it).
+const char* tfring_knob_table();
 // The value of the reduce op named `name` ("Average", "Sum", ...), -1 for no such op: the bindings read the
 // values from here instead of typing them again.
 int tfring_reduce_op(const char* name);

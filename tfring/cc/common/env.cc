@@ -28,6 +28,17 @@ Knob Bool(const char* name, const char* def, bool Settings::* f, const char* doc
 Knob String(const char* name, const char* def, std::string Settings::* f, const char* doc) {
   return {name, KnobType::STRING, def, 0, 0, nullptr, nullptr, nullptr, f, doc};
 }
+// A variable read by tfring's Python side only (the launcher, the Spark driver, the TF binding): no Settings field.
+Knob Python(const char* name, KnobType type, const char* def, const char* doc) {
+  return {name, type, def, 0, kNoMax, nullptr, nullptr, nullptr, nullptr, doc};
+}
+
+constexpr const char* kTunable = "tunable parameter arguments";
+constexpr const char* kAutotune = "autotune arguments";
+constexpr const char* kTimeline = "timeline arguments";
+constexpr const char* kMonitoring = "monitoring arguments";
+constexpr const char* kStall = "stall check arguments";
+constexpr const char* kLogging = "logging arguments";
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -71,40 +82,70 @@ bool ParseLevel(const std::string& s, int64_t* v) {
 
 }  // namespace
 
+Knob Knob::Flag(const char* spelling, const char* section, const char* help, const char* yaml, double scale) const {
+  Knob k = *this;
+  k.flag = spelling, k.group = section, k.flag_help = help, k.config = yaml, k.flag_scale = scale;
+  return k;
+}
+
 const std::vector<Knob>& KnobTable() {
   static const std::vector<Knob> table = {
       Int("TFRING_FUSION_THRESHOLD", "8388608", 0, 1e15, &Settings::fusion_threshold_bytes,
-          "Bytes of small allreduces packed into one fusion buffer per collective call (0 disables fusion)."),
+          "Bytes of small allreduces packed into one fusion buffer per collective call (0 disables fusion); 8 MiB "
+          "measured faster than Horovod's 64 MiB here (docs/benchmarks.md).")
+          .Flag("--fusion-threshold-mb", kTunable, "fusion buffer size in MB (0 disables fusion)",
+                "params.fusion_threshold_mb", 1 << 20),
       Double("TFRING_CYCLE_TIME", "1", 0, 1e6, &Settings::cycle_time_ms,
              "Milliseconds between negotiation cycles while collectives wait for other ranks (a burst of "
-             "collectives shares cycles); a collective reaching an empty queue starts a cycle at once."),
+             "collectives shares cycles); a collective reaching an empty queue starts a cycle at once, and a rank with "
+             "nothing outstanding negotiates only when work arrives, or every 100 ms.")
+          .Flag("--cycle-time-ms", kTunable, "milliseconds between negotiation cycles", "params.cycle_time_ms"),
       Int("TFRING_CACHE_CAPACITY", "1024", 0, 1e9, &Settings::cache_capacity,
-          "Responses kept for the steady-state bit-vector fast path (0 disables the cache)."),
-      {"TFRING_LOG_LEVEL", KnobType::LEVEL, "warning", 0, 4, &Settings::log_level, nullptr, nullptr, nullptr,
-       "trace, debug, info, warning or error (or 0-4)."},
+          "Responses kept for the steady-state bit-vector fast path (0 disables the cache).")
+          .Flag("--cache-capacity", kTunable, "response cache entries (0 disables the cache)", "params.cache_capacity"),
+      Knob{"TFRING_LOG_LEVEL", KnobType::LEVEL, "warning", 0, 4, &Settings::log_level, nullptr, nullptr, nullptr,
+           "trace, debug, info, warning or error (or 0-4)."}
+          .Flag("--log-level", kLogging, "tfring's backend log level", "logging.level"),
       Double("TFRING_STALL_CHECK_TIME_SECONDS", "60", 0, kNoMax, &Settings::stall_check_seconds,
              "Seconds a tensor may wait for missing ranks before every rank logs which ranks and tensors stall "
-             "(and, when the negotiation itself waits that long, which ranks stopped responding)."),
+             "(and, when the negotiation itself waits that long, which ranks stopped responding).")
+          .Flag("--stall-check-warning-time-seconds", kStall, "seconds until a stall warning",
+                "stall_check.warning_time_seconds"),
       Double("TFRING_STALL_SHUTDOWN_TIME_SECONDS", "1800", 0, kNoMax, &Settings::stall_shutdown_seconds,
              "Seconds after which a stalled collective fails on every rank (tf.errors.DeadlineExceededError naming "
              "the tensor, process set and missing ranks) instead of waiting forever; also the deadline for ranks "
              "that stop responding (the job then ends); 0 waits forever. 30 min, as "
              "torch.distributed's default timeout: longer than rank-0-only evaluation or checkpointing of large "
-             "models."),
+             "models.")
+          .Flag("--stall-check-shutdown-time-seconds", kStall, "seconds until a stall fails the job",
+                "stall_check.shutdown_time_seconds"),
       Bool("TFRING_STALL_CHECK_DISABLE", "0", &Settings::stall_check_disable,
-           "1 turns the stall inspector off (no warnings, no shutdown deadline)."),
+           "1 turns the stall inspector off (no warnings, no shutdown deadline).")
+          .Flag("--no-stall-check|--stall-check", kStall, "disable the stall inspector", "!stall_check.enabled"),
       String("TFRING_TIMELINE", "", &Settings::timeline_path,
              "Path of a Chrome-trace JSON timeline written by rank 0 with a process per rank, clocks aligned (open "
-             "it in Perfetto or chrome://tracing)."),
+             "it in Perfetto or chrome://tracing; docs/observability.md). Also hvd.start_timeline(path) / "
+             "stop_timeline().")
+          .Flag("--timeline-filename", kTimeline, "Chrome-trace JSON timeline of every rank, written by rank 0",
+                "timeline.filename"),
       Bool("TFRING_TIMELINE_MARK_CYCLES", "0", &Settings::timeline_mark_cycles,
-           "1 adds a mark for every background-thread cycle."),
+           "1 adds a mark for every background-thread cycle.")
+          .Flag("--timeline-mark-cycles|--no-timeline-mark-cycles", kTimeline, "mark cycles", "timeline.mark_cycles"),
       Bool("TFRING_TIMELINE_RANK0_ONLY", "0", &Settings::timeline_rank0_only,
-           "1: the timeline holds rank 0's events only (Horovod's form); other ranks record nothing."),
+           "1: the timeline holds rank 0's events only (Horovod's form); other ranks record nothing.")
+          .Flag("--timeline-rank0-only|--no-timeline-rank0-only", kTimeline,
+                "record rank 0's events only (Horovod's timeline)"),
       Bool("TFRING_MONITOR", "1", &Settings::monitor,
            "0 turns the monitor off: no per-rank accounting, no straggler check, no metrics (tfring.metrics() "
-           "returns None); the timeline still gets every rank's events."),
+           "returns None); the timeline still gets every rank's events. On: each rank's waiting, transfer time, "
+           "bytes and bus bandwidth, gathered at rank 0 every 4 steps or TFRING_MONITOR_INTERVAL_SECONDS; "
+           "hvd.metrics() on every rank."),
       Bool("TFRING_STRAGGLER_CHECK", "1", &Settings::straggler_check,
-           "1: rank 0 logs one line naming a rank the others persistently wait for, and how long per step."),
+           "1: rank 0 logs `tfring: rank R is a straggler: the others waited N ms per step for it over the last S "
+           "steps` when R arrived last in each of the last 3 rounds by at least TFRING_STRAGGLER_MIN_MS and 10 % of "
+           "a step, over TFRING_STRAGGLER_STEPS steps (one line per rank per TFRING_STRAGGLER_WARN_SECONDS).")
+          .Flag("--no-straggler-check|--straggler-check", kMonitoring,
+                "do not warn about stragglers (the metrics still name them)"),
       Double("TFRING_STRAGGLER_MIN_MS", "5", 0, kNoMax, &Settings::straggler_min_ms,
              "Milliseconds per step the others must wait for a rank (and at least 10 % of a step) before it is "
              "named a straggler."),
@@ -117,7 +158,10 @@ const std::vector<Knob>& KnobTable() {
              "steps), and between two lines of the metrics file."),
       String("TFRING_METRICS_FILE", "", &Settings::metrics_file,
              "Path where rank 0 writes a JSON line of every rank's metrics (wait, transfer, bytes, bus bandwidth, "
-             "straggler) at most once per TFRING_MONITOR_INTERVAL_SECONDS (launcher: --metrics-file)."),
+             "straggler) at most once per TFRING_MONITOR_INTERVAL_SECONDS.")
+          .Flag("--metrics-file", kMonitoring,
+                "rank 0 writes every rank's metrics there as JSON lines (wait, transfer, bytes, bus bandwidth, "
+                "straggler), at most once per TFRING_MONITOR_INTERVAL_SECONDS"),
       Int("TFRING_MPI_MAX_COUNT", "2147483647", 1, 2147483647, &Settings::mpi_max_count,
           "Largest count per MPI call (MPI counts are int). Allreduce/broadcast are chunked to it; allgather, "
           "alltoall and reducescatter beyond it fail clearly. Lowering it only serves to test those paths. "
@@ -139,21 +183,53 @@ const std::vector<Knob>& KnobTable() {
           "of the same size, so they do not page-fault on first touch (0 disables; read once per process)."),
       Bool("TFRING_HIERARCHICAL_ALLREDUCE", "0", &Settings::hierarchical_allreduce,
            "1: allreduce within each host first (shared memory), then across hosts among one rank per host (or "
-           "per shard), then within the host again. Rank 0's value applies to every rank; no effect on one host."),
+           "per shard), then within the host again. Rank 0's value applies to every rank; no effect on one host "
+           "(docs/scaling.md: when it pays).")
+          .Flag("--hierarchical-allreduce|--no-hierarchical-allreduce", kTunable,
+                "allreduce within each host, then across hosts|flat allreduce", "params.hierarchical_allreduce"),
       Bool("TFRING_HIERARCHICAL_ALLGATHER", "0", &Settings::hierarchical_allgather,
            "1: allgather within each host to its first rank, across hosts among those, then broadcast within the "
-           "host. Rank 0's value applies to every rank; no effect on one host."),
+           "host. Rank 0's value applies to every rank; no effect on one host.")
+          .Flag("--hierarchical-allgather|--no-hierarchical-allgather", kTunable,
+                "allgather within each host, then across hosts|flat allgather", "params.hierarchical_allgather"),
       Bool("TFRING_AUTOTUNE", "0", &Settings::autotune,
            "1: rank 0 tunes the fusion threshold and cycle time online from measured collective throughput and "
-           "ships each setting to all ranks; it ends with the best one."),
+           "ships each setting to all ranks (they switch at the same cycle); then hierarchical allreduce off/on when "
+           "the job spans hosts and a host has several ranks; it ends with the best one (hvd.tunables() shows "
+           "what is in force).")
+          .Flag("--autotune|--no-autotune", kAutotune, "tune fusion threshold and cycle time online",
+                "autotune.enabled"),
       String("TFRING_AUTOTUNE_LOG", "", &Settings::autotune_log,
-             "CSV file where rank 0 logs every autotune sample and decision."),
+             "CSV file where rank 0 logs every autotune sample and decision.")
+          .Flag("--autotune-log-file", kAutotune, "CSV of every autotune sample and decision (rank 0)",
+                "autotune.log_file"),
       Int("TFRING_AUTOTUNE_WARMUP_SAMPLES", "1", 0, 1e6, &Settings::autotune_warmup_samples,
-          "Autotune samples discarded after each switch."),
+          "Autotune samples discarded after each switch.")
+          .Flag("--autotune-warmup-samples", kAutotune, "samples dropped after each switch", "autotune.warmup_samples"),
       Double("TFRING_AUTOTUNE_SAMPLE_SECONDS", "1", 0.01, 1e6, &Settings::autotune_sample_seconds,
-             "Seconds of collective activity per sample."),
+             "Seconds of collective activity per sample.")
+          .Flag("--autotune-sample-seconds", kAutotune, "tfring: seconds of collective activity per sample",
+                "autotune.sample_seconds"),
       Int("TFRING_AUTOTUNE_SAMPLES_PER_CANDIDATE", "3", 1, 1e6, &Settings::autotune_samples_per_candidate,
-          "Samples per candidate setting; its score is their median."),
+          "Samples per candidate setting; its score is their median.")
+          .Flag("--autotune-samples-per-candidate", kAutotune, "tfring: samples per candidate (median)",
+                "autotune.samples_per_candidate"),
+      Python("TFRING_OVERLAP_GRADIENTS", KnobType::STRING, "auto",
+             "TF DistributedGradientTape/DistributedOptimizer in a graph: 1 = one allreduce per gradient as backprop "
+             "produces it (Horovod's way), 0 = one grouped allreduce after backprop, auto = 1 with a GPU (NCCL) "
+             "build or with at least 2 logical CPUs per rank on every host (agreed by every rank at init), else 0 "
+             "(with one CPU per rank the overlap competes with backprop: docs/benchmarks.md). In elastic jobs auto "
+             "= 1. torch's DistributedOptimizer always overlaps."),
+      Python("TFRING_START_TIMEOUT", KnobType::INT, "",
+             "Launcher: seconds every rank has to start (--start-timeout wins); unset: 30 when the job has remote "
+             "hosts (horovodrun's default: an unreachable host would hang mpirun), else no deadline; 0: none."),
+      Python("TFRING_ELASTIC_TIMEOUT", KnobType::INT, "600",
+             "Elastic jobs: seconds to wait for the fewest ranks (--min-np, min_num_proc) at the start or after a "
+             "failure (--elastic-timeout / elastic_timeout wins; the launcher passes its value to the ranks)."),
+      Python("TFRING_SPARK_START_TIMEOUT", KnobType::INT, "600",
+             "Spark/Ray jobs: seconds for every task to start and register (the start_timeout argument wins)."),
+      Python("TFRING_SPARK_DRIVER_HOST", KnobType::STRING, "",
+             "Spark jobs: the address tasks reach the driver's services at (default: spark.driver.host)."),
   };
   return table;
 }
@@ -170,6 +246,7 @@ std::string KnobValue(const std::string& name) {
 std::string ParseKnob(const Knob& k, const std::string& raw, Settings* out) {
   static const char* expected[] = {"an integer", "a number", "a boolean (1/0/true/false)", "", "a log level"};
   std::string warning;
+  if (!k.read_by_core()) return warning;  // the Python side parses its own rows
   auto bad = [&] {
     warning = std::string("ignoring ") + k.name + "=" + raw + " (expected " + expected[static_cast<int>(k.type)] +
               "); using the default " + (*k.default_value ? k.default_value : "''");
@@ -213,6 +290,7 @@ Settings Settings::FromEnvironment() {
   Settings s{};
   std::vector<std::string> warnings;
   for (const auto& k : KnobTable()) {
+    if (!k.read_by_core()) continue;
     std::string w = ParseKnob(k, KnobValue(k.name), &s);
     if (!w.empty()) warnings.push_back(w);
   }

@@ -51,12 +51,23 @@ struct Knob {
   KnobType type;
   const char* default_value;
   double min, max;  // INT/DOUBLE/LEVEL: accepted range (clamped outside it)
-  // Exactly one is set, matching `type` (LEVEL uses int_field).
+  // At most one is set, matching `type` (LEVEL uses int_field); none: a row the Python side reads (Settings
+  // skips it), listed here so that every TFRING_* variable is declared once.
   int64_t Settings::* int_field;
   double Settings::* double_field;
   bool Settings::* bool_field;
   std::string Settings::* string_field;
   const char* doc;
+  // The launcher's view: tfringrun builds its flags, --help, config-file keys and range checks from these.
+  const char* flag = "";       // "--cycle-time-ms"; a boolean's "--on|--off" pair, where the first flips the default
+  const char* group = "";      // the tfringrun --help section it is listed in
+  const char* flag_help = "";  // its --help line
+  const char* config = "";     // horovodrun YAML key "section.key"; "!section.key": the key means the opposite
+  double flag_scale = 1;       // knob units per flag unit (fusion threshold: MB on the command line, bytes here)
+
+  // This row with a launcher flag (and, for horovodrun's YAML layout, its config-file key).
+  Knob Flag(const char* spelling, const char* section, const char* help, const char* yaml = "", double scale = 1) const;
+  bool read_by_core() const { return int_field || double_field || bool_field || string_field; }
 };
 
 const std::vector<Knob>& KnobTable();

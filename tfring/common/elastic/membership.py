@@ -8,7 +8,7 @@ import socket
 import sys
 import threading
 
-from tfring.common import launch_env, library
+from tfring.common import knobs, launch_env, library
 from tfring.common.signed_channel import client_from_env
 
 _lock = threading.Lock()
@@ -34,7 +34,7 @@ def max_np():
 
 
 def timeout():
-    return launch_env.int_value(launch_env.ELASTIC_TIMEOUT, 600)
+    return int(knobs.value(launch_env.ELASTIC_TIMEOUT)[0])
 
 
 def reset_limit():
