@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow  # runs g++ (~20 s)
 
 CORE = ["types", "message", "env", "logging", "tensor_queue", "response_cache", "response_builder", "coordinator",
         "controller",
-        "fusion", "timeline", "completion_queue", "autotune", "labels", "monitor", "block_cache"]
+        "fusion", "timeline", "completion_queue", "autotune", "labels", "monitor", "block_cache", "names"]
 
 
 def test_core_unit_tests(tmp_path):

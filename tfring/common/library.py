@@ -118,6 +118,10 @@ def _declare(c):
     c.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     c.tfring_metrics.restype = ctypes.c_char_p
     c.tfring_set_tensor_label.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    c.tfring_unnamed_collective.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+                                            ctypes.c_int]
+    c.tfring_release_name_scope.argtypes = [ctypes.c_char_p]
+    c.tfring_tensor_names.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     ints = ctypes.POINTER(ctypes.c_int)
     c.tfring_init_with_sets.argtypes = [ctypes.c_int64, ints, ints, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     c.tfring_process_set_topology.argtypes = [ctypes.c_int] + [ints] * 5

@@ -8,11 +8,10 @@ Each set negotiates on its own communicator, so sets run concurrently. `broadcas
 global rank, as in Horovod. Sets added after init need TFRING_DYNAMIC_PROCESS_SETS=1 and every rank's call.
 """
 import ctypes
-import os
 import threading
 
 from tfring.common import library as _lib
-from tfring.common import launch_env, topology
+from tfring.common import topology
 
 _change_lock = threading.Lock()  # one add/remove in flight per process (they share one negotiation name)
 
@@ -284,8 +283,9 @@ def _assign_ids(process_sets):
 
 
 def _require_dynamic(fn):
-    value = os.environ.get(launch_env.DYNAMIC_PROCESS_SETS, os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS", "0"))
-    if value.lower() not in ("1", "true"):
+    # The core's parse of TFRING_DYNAMIC_PROCESS_SETS (it refuses the change too; checked first so that this comes
+    # before any complaint about the ranks).
+    if _lib.core().tfring_dynamic_process_sets() == 0:  # -1: not initialized, which the caller reports
         raise RuntimeError("tfring.%s: adding or removing process sets after init() needs "
                            "TFRING_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1) on every rank; or pass "
                            "them to init(process_sets=[...])" % fn)

@@ -49,7 +49,6 @@ def init(comm=None, process_sets=None):
         process_sets: `ProcessSet` objects to register; every rank passes the same list.
     """
     global _exit_wait_registered
-    _ffi.reset_names()
     _basics.init(comm, process_sets)
     if not _exit_wait_registered:
         import atexit
@@ -77,6 +76,4 @@ def join(process_set=global_process_set):
         int: the global rank that joined last, the same on every rank.
     """
     pid = _ffi.set_id("join", process_set)
-    last = _ffi.control(_ffi._JOIN, pid)
-    _ffi.reset_names()  # joined ranks skipped unnamed collectives: restart the counts alike
-    return last
+    return _ffi.control(_ffi._JOIN, pid)  # the core restarts the set's unnamed counts on every member

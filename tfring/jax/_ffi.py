@@ -15,6 +15,7 @@ import jax._src.ffi as jax_ffi_internal
 import numpy as np
 
 from tfring.common import library as _lib
+from tfring.common import names
 from tfring.common.errors import status_error
 from tfring.common import topology
 from tfring.common.process_sets import global_process_set, process_set_id_of, process_set_of
@@ -40,10 +41,12 @@ _C = _load()  # kept alive for the process: the registered targets point into it
 # jax.checkpoint (remat) of a function with collectives: the FFI's effect is safe to recompute around.
 jax_effects.remat_allowed_effects.add_type(jax_ffi_internal.FfiEffect)
 
-_counter_lock = threading.Lock()
-# Keyed by the trace object itself, held weakly: keyed by id(), a new trace could reuse a freed one's id on one
-# rank and continue its count there (ranks then named the same collective differently and stalled).
-_counters = weakref.WeakKeyDictionary()
+_scope_lock = threading.Lock()
+# A naming scope per root trace, keyed by the trace object itself, held weakly: keyed by id(), a new trace could
+# reuse a freed one's id on one rank and continue its count there (ranks then named the same collective differently
+# and stalled). Tokens are never reused; the core drops a token's counts when its trace is freed.
+_scopes = weakref.WeakKeyDictionary()
+_serial = itertools.count(1)
 
 
 def root_trace(trace):
@@ -57,20 +60,22 @@ def root_trace(trace):
     return root
 
 
+def _scope(trace):
+    root = root_trace(trace)
+    with _scope_lock:
+        token = _scopes.get(root)
+        if token is None:
+            token = _scopes[root] = "trace.%d" % next(_serial)
+            weakref.finalize(root, names.release_scope, token).atexit = False
+    return token
+
+
 def auto_name(kind, process_set_id, trace, signature):
-    """`<kind>.noname.<n>.<signature hash>` for a collective traced without a name: n counts the kind's calls on
-    the set within the trace (see root_trace), so every rank that traces the same function names alike, however
-    often it traced it before. Restarted at every init."""
-    with _counter_lock:
-        per_trace = _counters.setdefault(root_trace(trace), {})
-        counter = per_trace.setdefault((kind, process_set_id), itertools.count(1))
-        digest = hashlib.sha1(signature.encode()).hexdigest()[:8]
-        return "%s.noname.%d.%s" % (kind, next(counter), digest)
-
-
-def reset_names():
-    with _counter_lock:
-        _counters.clear()
+    """`<kind>.noname.<n>.<signature hash>` for a collective traced without a name: the core's unnamed name
+    (tfring.common.names) counted in the trace's scope (see root_trace), so every rank that traces the same function
+    names alike, however often it traced it before. The core restarts the counts at every init."""
+    digest = hashlib.sha1(signature.encode()).hexdigest()[:8]
+    return "%s.%s" % (names.unnamed(kind, process_set_id, _scope(trace)), digest)
 
 
 def set_id(fn, process_set):

@@ -5,12 +5,7 @@ import keras
 
 from tfring.common import gradient_reducer
 from tfring.common.monitor import label_group, variable_label
-
-
-def grouped_names(name, n):
-    """The names the core negotiates for a grouped collective named `name` of n tensors (tfring.jax's and
-    tfring.torch's rule, before the torch binding's prefix)."""
-    return [name] if n == 1 else ["%s_%dof%d" % (name, j + 1, n) for j in range(n)]
+from tfring.common.names import tensor_names
 
 
 class GradientReducer(gradient_reducer.GradientReducer):
@@ -25,7 +20,7 @@ class GradientReducer(gradient_reducer.GradientReducer):
 
     is_variable = staticmethod(lambda value: isinstance(value, keras.Variable))
 
-    def __init__(self, who, grouped_allreduce, core_names=grouped_names, **kwargs):
+    def __init__(self, who, grouped_allreduce, core_names=tensor_names, **kwargs):
         super().__init__(who, **kwargs)
         self._grouped_allreduce = grouped_allreduce
         self._core_names = core_names

@@ -1,12 +1,12 @@
-"""Loads tfring's MXNet extension (a C library used through ctypes, like libmxnet itself), names unnamed
-collectives, and turns the extension's error codes into Horovod's exception types (MXNetError, as Horovod's
+"""Loads tfring's MXNet extension (a C library used through ctypes, like libmxnet itself), names collectives by the
+core's rule, and turns the extension's error codes into Horovod's exception types (MXNetError, as Horovod's
 mxnet binding raises for every failed collective)."""
 import ctypes
 
 import mxnet as mx
 
-from tfring.common import basics as _basics
 from tfring.common import library as _lib
+from tfring.common import names as _names
 from tfring.common.errors import status_error
 
 
@@ -67,42 +67,22 @@ def check(rc):
     raise status_error(rc - 1, message, InvalidArgumentError, mx.base.MXNetError)  # rc: the core's code + 1
 
 
-class _Names:
-    """Names of unnamed collectives: "<prefix>.noname.<n>", n counted per (prefix, process set). Every member
-    of a set issues the same sequence of unnamed collectives of a kind on it, so n agrees across ranks."""
+def tensor_names(prefix, name, process_set_id, count):
+    """The names of one call's tensors, by the core's rule (tfring.common.names): Horovod's "<prefix>.<name>", or
+    "<prefix>.noname.<n>" when unnamed; "_<i>of<count>" per tensor of a group.
 
-    def __init__(self):
-        self._next = {}
+    Args:
+        prefix: the collective's kind ("allreduce", "grouped_allgather", ...).
+        name: the user's name, or None.
+        process_set_id: the set it runs on.
+        count: how many tensors the call holds.
 
-    def make(self, prefix, name, process_set_id, count):
-        """The tensor names of one call.
+    Returns:
+        list of bytes: one name per tensor.
+    """
+    base = _names.unnamed(prefix, process_set_id) if name is None else "%s.%s" % (prefix, name)
+    return [n.encode() for n in _names.tensor_names(base, count)]
 
-        Args:
-            prefix: the collective's kind ("allreduce", "grouped_allgather", ...).
-            name: the user's name, or None.
-            process_set_id: the set it runs on.
-            count: how many tensors the call holds (grouped calls get "_<i>of<n>" suffixes).
-
-        Returns:
-            list of bytes: one name per tensor.
-        """
-        if name is None:
-            key = (prefix, process_set_id)
-            self._next[key] = self._next.get(key, 0) + 1
-            base = "%s.noname.%d" % (prefix, self._next[key])
-        else:
-            base = "%s.%s" % (prefix, name)
-        if prefix.startswith("grouped_"):
-            return [("%s_%dof%d" % (base, i + 1, count)).encode() for i in range(count)]
-        return [base.encode()] * count
-
-    def reset(self):
-        """Restarts every count (init after shutdown)."""
-        self._next.clear()
-
-
-names = _Names()
-_basics._shutdown_hooks.append(names.reset)  # any shutdown (an elastic reset too) numbers unnamed ones from 1 again
 
 
 def string_array(values):

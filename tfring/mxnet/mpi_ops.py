@@ -108,7 +108,7 @@ def _push(op_type, prefix, inputs, outputs, name, process_set, priority, reduce_
     # converts on this thread); the collective itself still runs asynchronously.
     for t in inputs:
         t.wait_to_read()
-    names = _ext.names.make(prefix, name, pid, len(inputs))
+    names = _ext.tensor_names(prefix, name, pid, len(inputs))
     _ext.check(_ext.C.tfring_mxnet_push(op_type, len(inputs), _ext.handle_array(inputs), _ext.handle_array(outputs),
                                         _ext.string_array(names), reduce_op, float(prescale), float(postscale),
                                         int(root_rank), pid, int(priority)))
@@ -127,7 +127,7 @@ def _host_run(op_type, prefix, tensors, name, process_set, reduce_op=Sum, presca
     arrays = [np.require(t.asnumpy(), requirements="C") for t in tensors]
     codes = [mx.ndarray.ndarray._DTYPE_NP_TO_MX[a.dtype.type] for a in arrays]
     dims = [d for a in arrays for d in a.shape]
-    names = _ext.names.make(prefix, name, pid, len(arrays))
+    names = _ext.tensor_names(prefix, name, pid, len(arrays))
     c_splits = (ctypes.c_int64 * len(splits))(*splits) if splits else None
     result = ctypes.c_void_p()
     rc = _ext.C.tfring_mxnet_host_run(

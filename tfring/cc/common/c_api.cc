@@ -7,6 +7,7 @@
 
 #include "env.h"
 #include "labels.h"
+#include "names.h"
 #include "runtime.h"
 #include "status.h"
 #include "types.h"
@@ -104,6 +105,11 @@ double tfring_cycle_time_ms() {
   return rt.initialized() ? rt.tuned().cycle_time_ms : -1;
 }
 
+int tfring_dynamic_process_sets() {
+  auto& rt = tfring::Runtime::Get();
+  return rt.initialized() ? rt.settings().dynamic_process_sets : -1;
+}
+
 const char* tfring_knob_table() {
   static const std::string rows = [] {
     static const char* types[] = {"int", "double", "bool", "string", "level"};
@@ -130,6 +136,26 @@ const char* tfring_metrics() {
 }
 
 void tfring_mark_step() { Runtime::Get().monitor().MarkStep(); }
+
+int tfring_unnamed_collective(const char* prefix, int process_set_id, const char* scope, char* out, int out_len) {
+  const std::string p = prefix ? prefix : "";
+  if (static_cast<int>(p.size()) + 32 > out_len) return -1;  // ".noname." and 20 digits fit in 32
+  const std::string name = tfring::UnnamedCounts::Get().Next(p, process_set_id, scope ? scope : "");
+  std::memcpy(out, name.c_str(), name.size() + 1);
+  return static_cast<int>(name.size());
+}
+
+void tfring_release_name_scope(const char* scope) {
+  if (scope) tfring::UnnamedCounts::Get().ReleaseScope(scope);
+}
+
+int tfring_tensor_names(const char* base, int count, char* out, int out_len) {
+  std::string joined;
+  for (const auto& n : tfring::TensorNames(base ? base : "", count)) joined += (joined.empty() ? "" : "\n") + n;
+  if (static_cast<int>(joined.size()) >= out_len) return -1;
+  std::memcpy(out, joined.c_str(), joined.size() + 1);
+  return static_cast<int>(joined.size());
+}
 
 void tfring_set_tensor_label(const char* name, const char* label) {
   if (name && label) tfring::SetTensorLabel(name, label);

@@ -31,6 +31,9 @@ int tfring_built(const char* what);
 // The fusion threshold (bytes) and cycle time (ms) in force now (autotune changes them); -1 if not initialized.
 int64_t tfring_fusion_threshold();
 double tfring_cycle_time_ms();  // "mpi", "nccl", "gloo", "cuda"
+// Whether sets may be added or removed after init (TFRING_DYNAMIC_PROCESS_SETS as this rank parsed it); -1 if not
+// initialized.
+int tfring_dynamic_process_sets();
 // One "\n"-ended row per knob, fields split by "\x1f": name, type, default, doc, min, max, flag, group,
 // flag help, config key, flag scale, "core" or "python" (who reads it).
 const char* tfring_knob_table();
@@ -51,4 +54,12 @@ const char* tfring_metrics();
 void tfring_mark_step();
 // Shows `label` next to collective `name` in stall reports (e.g. the variable behind a gradient).
 void tfring_set_tensor_label(const char* name, const char* label);
+// Names (names.h, the one rule): the next unnamed collective of kind `prefix` on the set, counted in `scope` (""
+// outside a traced function): "<prefix>.noname.<n>". Writes it into out (NUL-ended); returns its length, or -1
+// when out_len is too small (nothing counted then).
+int tfring_unnamed_collective(const char* prefix, int process_set_id, const char* scope, char* out, int out_len);
+// A scope that will not name again (JAX: a freed trace): its counts are dropped.
+void tfring_release_name_scope(const char* scope);
+// The names a call of `count` tensors negotiates, from its base name, "\n"-joined into out; the length, or -1.
+int tfring_tensor_names(const char* base, int count, char* out, int out_len);
 }

@@ -8,6 +8,7 @@
 
 #include "fusion.h"
 #include "logging.h"
+#include "names.h"
 
 namespace tfring {
 
@@ -49,6 +50,7 @@ Runtime& Runtime::Get() {
 Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static_sets) {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
   if (running_) return Status::OK();
+  UnnamedCounts::Get().RestartAll();  // unnamed collectives are numbered from 1 again on every rank
   settings_ = Settings::FromEnvironment();
   SetLogLevel(static_cast<int>(settings_.log_level));
   std::unique_ptr<Backend> backend;
@@ -141,6 +143,7 @@ void Runtime::Shutdown() {
   timeline_.Stop();
   sets_.Clear();
   backend_.reset();
+  UnnamedCounts::Get().RestartAll();
   running_ = false;
 }
 
@@ -355,6 +358,8 @@ void Runtime::Perform(ProcessSet& set, const Response& response) {
     }
   } else if (response.op == OpType::JOIN) {
     const int last = response.last_joined_rank;  // a set rank: report the global one, as every rank number
+    // Joined ranks skipped the others' unnamed collectives: every member restarts the set's counts here.
+    UnnamedCounts::Get().RestartSet(set.id);
     for (auto* e : entries)
       if (e && e->join_result) *e->join_result = last >= 0 && set.id != 0 ? set.ranks[last] : last;
   } else if (response.op == OpType::PROCESS_SET) {

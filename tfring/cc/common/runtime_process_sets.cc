@@ -3,6 +3,7 @@
 #include <future>
 
 #include "logging.h"
+#include "names.h"
 #include "runtime.h"
 
 namespace tfring {
@@ -144,6 +145,7 @@ Status Runtime::ApplyProcessSetChange(const Response& response, int* id) {
   auto set = sets_.Remove(response.root_rank);
   if (!set) return Status::OK();
   FinalizeSet(*set, Status::Aborted("tfring: process set " + std::to_string(set->id) + " was removed"));
+  UnnamedCounts::Get().RestartSet(set->id);  // a later set may reuse the id: it counts from 1 on every member
   *id = set->id;
   return Status::OK();
 }

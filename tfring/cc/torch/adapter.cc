@@ -138,34 +138,5 @@ void HandleTable::Reset() {
   }
 }
 
-std::string NameCounter::Next(const std::string& prefix, int process_set_id) {
-  std::string key = prefix + "|" + std::to_string(process_set_id);
-  if (process_set_id != 0) {
-    // Ids of removed sets are reused: a new set under an old id must start its own count on every member.
-    for (const auto& set : Runtime::Get().ProcessSets())
-      if (set.first == process_set_id)
-        for (int r : set.second) key += "," + std::to_string(r);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  return prefix + ".noname." + std::to_string(++next_[key]);
-}
-
-void NameCounter::ResetSet(int process_set_id) {
-  const std::string tag = "|" + std::to_string(process_set_id);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = next_.begin(); it != next_.end();) {
-    const std::string& k = it->first;
-    const auto pos = k.find('|');
-    const bool match =
-        k.compare(pos, tag.size(), tag) == 0 && (k.size() == pos + tag.size() || k[pos + tag.size()] == ',');
-    it = match ? next_.erase(it) : std::next(it);
-  }
-}
-
-void NameCounter::Reset() {
-  std::lock_guard<std::mutex> lock(mu_);
-  next_.clear();
-}
-
 }  // namespace torch_binding
 }  // namespace tfring

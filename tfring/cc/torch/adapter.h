@@ -47,7 +47,6 @@ struct OpState {
   std::vector<at::Tensor> outputs;             // output i of the op; undefined until allocated
   std::vector<at::TensorOptions> out_options;  // how output i is allocated by AllocateOutput
   at::Tensor join_result;                      // join: int32 scalar the core writes the last joined rank into
-  int join_set = -1;                           // join: its process set (-1: not a join)
 
   // The callback every entry of the op shares: done once all ran, with the first error.
   StatusCallback MakeCallback(const std::shared_ptr<OpState>& self);
@@ -81,21 +80,6 @@ class HandleTable {
   std::unordered_map<int, std::shared_ptr<OpState>> states_;
   std::unordered_map<int, std::vector<std::string>> keys_;  // handle -> the "<set>|<name>" keys it holds
   std::unordered_set<std::string> held_;
-};
-
-// Names of unnamed collectives: "<prefix>.noname.<n>", n counted per (prefix, process set). Every member of a set
-// issues the same sequence of unnamed collectives of a kind on it, so n agrees across ranks (Horovod counts every
-// handle, which diverges as soon as one rank runs an extra collective elsewhere).
-class NameCounter {
- public:
-  std::string Next(const std::string& prefix, int process_set_id);
-  // After join (every rank of the set has joined): joined ranks skipped unnamed allreduces, so restart the counts.
-  void ResetSet(int process_set_id);
-  void Reset();
-
- private:
-  std::mutex mu_;
-  std::unordered_map<std::string, int64_t> next_;
 };
 
 }  // namespace torch_binding

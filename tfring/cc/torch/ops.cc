@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../common/block_cache.h"
+#include "../common/names.h"
 #include "adapter.h"
 #include "output_cache.h"
 
@@ -22,7 +23,6 @@ namespace torch_binding {
 namespace {
 
 HandleTable g_handles;
-NameCounter g_names;
 PyObject* g_workers_failed = nullptr;  // tfring.elastic's HorovodInternalError, set from Python (owned ref)
 
 [[noreturn]] void ThrowStatus(const Status& s) {
@@ -122,12 +122,10 @@ class Op {
   // duplicate name) raise here, as Horovod's enqueue does; errors found in negotiation surface in wait().
   int Submit() {
     if (type_ != OpType::JOIN && type_ != OpType::BARRIER) {
-      // Horovod's "<prefix>.<name>", or "<prefix>.noname.<n>" counted per process set.
-      const std::string base = name_.empty() ? g_names.Next(fn_, set_) : std::string(fn_) + "." + name_;
-      const size_t n = entries_.size();
-      const bool grouped = std::string(fn_).rfind("grouped_", 0) == 0;
-      for (size_t i = 0; i < n; ++i)
-        entries_[i].request.name = grouped ? base + "_" + std::to_string(i + 1) + "of" + std::to_string(n) : base;
+      // Horovod's "<prefix>.<name>", or the core's "<prefix>.noname.<n>" (names.h: the rule of every binding).
+      const std::string base = name_.empty() ? UnnamedCounts::Get().Next(fn_, set_) : std::string(fn_) + "." + name_;
+      const auto names = TensorNames(base, static_cast<int>(entries_.size()));
+      for (size_t i = 0; i < entries_.size(); ++i) entries_[i].request.name = names[i];
     }
     auto& st = state_;
     st->remaining = static_cast<int>(entries_.size());
@@ -267,7 +265,6 @@ int ControlAsync(OpType type, int process_set_id) {
   if (type == OpType::JOIN) {
     auto& st = op.state();
     st.join_result = at::full(at::IntArrayRef(), -1, at::TensorOptions().dtype(at::kInt));
-    st.join_set = process_set_id;
     e.join_result = st.join_result.data_ptr<int32_t>();
   }
   op.AddControl(std::move(e));
@@ -307,8 +304,6 @@ std::vector<at::Tensor> Wait(int handle) {
   }
   g_handles.Release(handle);
   if (!status.ok()) ThrowStatus(status);
-  // Every rank of the set has joined now: counts of unnamed collectives restart alike everywhere.
-  if (st->join_set >= 0) g_names.ResetSet(st->join_set);
   return outputs;
 }
 
@@ -317,10 +312,7 @@ void SetWorkersFailedError(py::object type) {
   g_workers_failed = type.release().ptr();  // kept for the process's life
 }
 
-void Reset() {
-  g_handles.Reset();
-  g_names.Reset();
-}
+void Reset() { g_handles.Reset(); }
 
 }  // namespace
 }  // namespace torch_binding

@@ -1,5 +1,7 @@
 #include "call.h"
 
+#include "../common/names.h"
+
 #include <utility>
 
 namespace tfring {
@@ -81,6 +83,7 @@ std::string BuildEntries(const CallArgs& a, ffi::RemainingArgs args, ffi::Remain
   const bool alltoall = a.op == OpType::ALLTOALL;
   if (rets.size() != (alltoall ? 2 * n : n)) return "result count does not match the operands";
   entries->assign(n, TensorEntry());
+  const auto names = TensorNames(std::string(a.name), static_cast<int>(n));
   for (size_t i = 0; i < n; ++i) {
     auto in = args.get<ffi::AnyBuffer>(i);
     auto out = rets.get<ffi::AnyBuffer>(i);
@@ -89,8 +92,7 @@ std::string BuildEntries(const CallArgs& a, ffi::RemainingArgs args, ffi::Remain
     if (!FromXla(in->element_type(), &e.request.dtype))
       return "operand " + std::to_string(i) + " has a dtype tfring does not support";
     e.request.op = a.op;
-    e.request.name =
-        n == 1 ? std::string(a.name) : std::string(a.name) + "_" + std::to_string(i + 1) + "of" + std::to_string(n);
+    e.request.name = names[i];
     e.request.shape = ShapeOf(in->dimensions());
     e.request.reduce_op = static_cast<ReduceOp>(a.reduce_op);
     e.request.prescale = a.prescale;

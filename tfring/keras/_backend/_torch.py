@@ -6,6 +6,7 @@ import torch
 from keras import ops
 
 import tfring.torch as binding  # noqa: F401 (the backend's binding, read by tfring.keras)
+from tfring.common.names import tensor_names
 from tfring.keras import _reducer
 from tfring.keras._backend._eager_defaults import (EXPORTS_WHOLE_BINDING, dense, layer_types,  # noqa: F401
                                                    tf_keras_wrapper, var_key)
@@ -21,8 +22,8 @@ def _grouped_allreduce(tensors, compression=Compression.none, **kwargs):
 
 
 def _core_names(name, n):
-    """tfring.torch negotiates a grouped allreduce's tensors as "grouped_allreduce.<name>_<i>of<n>"."""
-    return ["grouped_allreduce." + x for x in _reducer.grouped_names(name, n)]
+    """tfring.torch negotiates a grouped allreduce named `name` under Horovod's prefix, by the core's rule."""
+    return tensor_names("grouped_allreduce." + name, n)
 
 
 GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=_grouped_allreduce,
