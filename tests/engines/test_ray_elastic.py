@@ -43,21 +43,25 @@ class GrowingDiscovery(RayHostDiscovery):
 
 def test_rank0_actor_killed_then_replaced(cluster, tmp_path):
     settings = ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=3, timeout_s=120, verbose=1)
-    executor = ElasticRayExecutor(settings, cpus_per_slot=1)
+    # env_vars reach every rank, the replacement of the killed one and the one added after it too (#44 item 13).
+    executor = ElasticRayExecutor(settings, cpus_per_slot=1, env_vars={"TFRING_RAY_ELASTIC_TEST": "on"})
     executor.start()
     seen = []
 
     def fn():
+        import os
+
         import tfring.torch as hvd
         out = elastic_digits.train(str(tmp_path), kill=(0, 12), min_final_size=3)
         if hvd.rank() == 0:
             ray_logger.log({"size": hvd.size(), "accuracy": out[3]})
-        return out
+        return tuple(out) + (os.environ.get("TFRING_RAY_ELASTIC_TEST"),)
     results = executor.run(fn, callbacks=[seen.append])
     recovery, sizes = elastic_digits.recovery(str(tmp_path))
     print("kill to next step: %.2f s; sizes: %s; resets: %s" % (recovery, sizes, executor.job.book.reasons))
     assert [r[0] for r in results] == [0, 1, 2] and all(r[1] == 3 for r in results)
     assert len({r[2] for r in results}) == 1 and results[0][3] >= 0.85
+    assert [r[-1] for r in results] == ["on"] * 3, results
     assert sizes[:3] == [3, 2, 3], sizes
     assert recovery < 10.0
     assert seen == [{"size": 3, "accuracy": results[0][3]}]
@@ -124,13 +128,15 @@ def test_ray_executor_elastic_mode(cluster):
         RayExecutor(RayExecutor.create_settings(), num_workers=2, min_workers=2)
     executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), min_workers=2, max_workers=2)
     assert isinstance(executor, ElasticModeExecutor)
-    executor.start(executable_cls=Scaled, executable_args=[10])
+    executor.start(executable_cls=Scaled, executable_args=[10], extra_env_vars={"TFRING_RAY_ELASTIC_TEST": "100"})
 
     def add(x, y=0):
+        import os
+
         import tfring.torch as hvd
         hvd.init()
-        return hvd.rank() + x + y
-    assert executor.run(add, args=[1], kwargs={"y": 2}) == [3, 4]
+        return hvd.rank() + x + y + int(os.environ.get("TFRING_RAY_ELASTIC_TEST", "0"))
+    assert executor.run(add, args=[1], kwargs={"y": 2}) == [103, 104]  # extra_env_vars reached both ranks
 
     def scaled(obj):
         import tfring.torch as hvd
