@@ -198,8 +198,15 @@ def local_ray(num_cpus, env=None):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # Ray's processes too
     cluster_flag, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False  # read at import
-    ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             configure_logging=False)
+    # Ray puts the driver's working directory first on its workers' sys.path: started from the checkout, they would
+    # import the source tree's tfring/ (no compiled library there) instead of the installed package.
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                 configure_logging=False)
+    finally:
+        os.chdir(cwd)
     try:
         yield
     finally:
@@ -217,8 +224,12 @@ def local_spark(cores, app, max_failures=1):
     """A pyspark session in local mode on 127.0.0.1 only, whose Python workers (and so the ranks they start) use
     this venv; the environment is restored afterwards. max_failures: spark.task.maxFailures (local[N,F])."""
     from pyspark.sql import SparkSession
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
+                                            "PYTHONSAFEPATH")}
+    # PYTHONSAFEPATH: Spark's Python workers start in this process's working directory (the checkout) and would
+    # import the source tree's tfring/ (no compiled library there) instead of the installed package.
+    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                      PYTHONSAFEPATH="1")
     session = (SparkSession.builder.master("local[%d,%d]" % (cores, max_failures)).appName(app)
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

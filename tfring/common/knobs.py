@@ -7,6 +7,7 @@ reading it loads the core library without initializing anything."""
 import collections
 import ctypes
 import functools
+import importlib
 import os
 import sys
 
@@ -25,6 +26,11 @@ def _core_handle():
         return library.loaded()
     path = os.path.join(library.PACKAGE_DIR, library.CORE_LIBRARY)
     if not os.path.exists(path):
+        if library.find_extension("tensorflow", "_tfring*.so"):
+            # A Bazel build: the core lives in TensorFlow's op library, which the TF binding loads (and adopts).
+            importlib.import_module("tfring.tensorflow")
+            if library.loaded() is not None:
+                return library.loaded()
         return library.core()  # raises the ImportError that says how to build it
     prefix = library.wheel_prefix()
     if prefix:  # the core links libmpi by name: the wheel's copy first, whatever the rpath says
