@@ -3,11 +3,11 @@ it either sleeps (busy outside tfring) or submits an allreduce of its own ("--ot
 (TFRING_STALL_CHECK_TIME_SECONDS / TFRING_STALL_SHUTDOWN_TIME_SECONDS from the test) must report which layer's
 gradient waits and what rank 1 waits on; each rank prints DONE <exception type> when its call fails."""
 import argparse
-import os
 import time
 
 import keras
 import numpy as np
+from mpi4py import MPI
 
 import tfring.keras as hvd
 
@@ -30,7 +30,14 @@ try:
         raise RuntimeError("rank 1 slept through the stall")
 except Exception as e:  # noqa: BLE001 (the test reads the type)
     print("DONE %s" % type(e).__name__, flush=True)
-# Stay up until the other rank's own deadline has passed: a rank that exits at once shuts tfring down, and the other
-# rank's call, whose stall began later (on a busy machine seconds later), would end as "shut down by rank N"
-# (AbortedError) instead of failing by its own deadline.
-time.sleep(float(os.environ["TFRING_STALL_SHUTDOWN_TIME_SECONDS"]) + 2)
+# Stay up until the other rank's call has failed too: a rank that exits at once shuts tfring down, and the other
+# rank's call, whose stall began later (on a busy machine rank 0 compiles its step for seconds first), would end as
+# "shut down by rank N" (AbortedError) instead of failing by its own deadline. MPI's own barrier, not tfring's,
+# polled with a deadline.
+request = MPI.COMM_WORLD.Ibarrier()
+deadline = time.monotonic() + 120
+while not request.Test():
+    if time.monotonic() > deadline:
+        print("the other rank never finished its call", flush=True)
+        break
+    time.sleep(0.05)
