@@ -48,7 +48,7 @@ def test_repeated_large_allreduce_does_not_fault_in_fresh_pages():
 def test_freed_output_blocks_are_handed_out_again():
     # The core's background thread drops its reference to an output just after the caller gets it, so a call may
     # find the previous call's block still live: the cache then alternates between two blocks, never a new one.
-    from tfring.torch._handles import _C
+    from tfring.torch._handles import C as _C
     x = torch.ones(3 << 18)  # 3 MiB: a size no other test uses
     ptrs, before = set(), _C.output_cache_stats()
     for _ in range(8):

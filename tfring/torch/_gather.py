@@ -29,9 +29,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         ValueError: unsupported dtype, unregistered process set, a name already in flight.
     """
     fn = "allgather_async"
-    pid = _h._set_id(fn, process_set)
-    tensor = _h._dense(fn, tensor)
-    return _h._submit(_h._C.allgather_async(tensor, _h._name(name), pid), [tensor], _first)
+    pid = _h.set_id(fn, process_set)
+    tensor = _h.dense(fn, tensor)
+    return _h.submit(_h.C.allgather_async(tensor, _h.name_arg(name), pid), [tensor], _first)
 
 
 class _Allgather(torch.autograd.Function):
@@ -60,7 +60,7 @@ def _offsets(process_set, dims):
     """Where this rank's rows start in each gathered tensor: the sum of the lower ranks' first dimensions."""
     dims = [torch.tensor([d], dtype=torch.int64) for d in dims]
     gathered = _h.synchronize(grouped_allgather_async(dims, process_set=process_set))
-    r = process_set_of(_h._set_id("allgather", process_set)).rank()
+    r = process_set_of(_h.set_id("allgather", process_set)).rank()
     return [int(g[:r].sum()) for g in gathered]
 
 
@@ -90,9 +90,9 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         int: a handle for `poll()` / `synchronize()` (which returns the list of concatenations).
     """
     fn = "grouped_allgather_async"
-    pid = _h._set_id(fn, process_set)
-    tensors = [_h._dense(fn, t, "tensors[%d]" % i) for i, t in enumerate(_h._group(fn, tensors))]
-    return _h._submit(_h._C.grouped_allgather_async(tensors, _h._name(name), pid), tensors, list)
+    pid = _h.set_id(fn, process_set)
+    tensors = [_h.dense(fn, t, "tensors[%d]" % i) for i, t in enumerate(_h.group(fn, tensors))]
+    return _h.submit(_h.C.grouped_allgather_async(tensors, _h.name_arg(name), pid), tensors, list)
 
 
 class _GroupedAllgather(torch.autograd.Function):
@@ -119,7 +119,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     Returns:
         list: the concatenation of each tensor over the ranks.
     """
-    return list(_GroupedAllgather.apply(name, process_set, *_h._group("grouped_allgather", tensors)))
+    return list(_GroupedAllgather.apply(name, process_set, *_h.group("grouped_allgather", tensors)))
 
 
 def _root(fn, root_rank):
@@ -132,9 +132,9 @@ def _root(fn, root_rank):
 
 
 def _broadcast_async(fn, tensor, output, root_rank, name, process_set, finish):
-    pid = _h._set_id(fn, process_set)
+    pid = _h.set_id(fn, process_set)
     root = _root(fn, root_rank)
-    return _h._submit(_h._C.broadcast_async(tensor, output, root, _h._name(name), pid), [tensor], finish)
+    return _h.submit(_h.C.broadcast_async(tensor, output, root, _h.name_arg(name), pid), [tensor], finish)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -152,8 +152,8 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     Raises:
         ValueError: root_rank is not an int, unsupported dtype, unregistered process set.
     """
-    tensor = _h._dense("broadcast_async", tensor)
-    output = _h._empty_like(tensor)
+    tensor = _h.dense("broadcast_async", tensor)
+    output = _h.empty_like(tensor)
     return _broadcast_async("broadcast_async", tensor, output, root_rank, name, process_set, _first)
 
 
@@ -169,7 +169,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns `tensor`).
     """
-    buffers, copy_back = _h._inplace("broadcast_async_", [tensor])
+    buffers, copy_back = _h.inplace("broadcast_async_", [tensor])
 
     def finish(outputs):
         copy_back()
@@ -265,10 +265,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
             negotiation: a bad sum or length raises ValueError there).
     """
     fn = "alltoall_async"
-    pid = _h._set_id(fn, process_set)
-    tensor = _h._dense(fn, tensor)
-    handle = _h._C.alltoall_async(tensor, _splits(fn, splits), _h._name(name), pid)
-    return _h._submit(handle, [tensor], _alltoall_result)
+    pid = _h.set_id(fn, process_set)
+    tensor = _h.dense(fn, tensor)
+    handle = _h.C.alltoall_async(tensor, _splits(fn, splits), _h.name_arg(name), pid)
+    return _h.submit(handle, [tensor], _alltoall_result)
 
 
 class _Alltoall(torch.autograd.Function):

@@ -8,7 +8,8 @@ from tfring.common.basics import nccl_built  # noqa: F401
 from tfring.common.errors import HorovodInternalError
 from tfring.common.process_sets import process_set_id_of, process_set_of
 from tfring.common.reduce_ops import (Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
-                                      check_adasum, check_op, handle_average_backwards_compatibility, resolve_op)
+                                      check_op, handle_average_backwards_compatibility, resolve_op)
+from tfring.common import reduce_ops as _reduce_ops
 
 
 def _load_extension():
@@ -21,7 +22,7 @@ def _load_extension():
     return _tfring_torch
 
 
-_C = _load_extension()
+C = _load_extension()
 
 # handle -> (objects kept alive until the op is done, function making the result from the op's outputs).
 # The extension holds its own references too; this mirrors Horovod's _handle_map (synchronize of an unknown
@@ -29,7 +30,7 @@ _C = _load_extension()
 _handle_map = {}
 
 
-def _submit(handle, keep, finish):
+def submit(handle, keep, finish):
     _handle_map[handle] = (keep, finish)
     return handle
 
@@ -46,7 +47,7 @@ def poll(handle):
     Raises:
         ValueError: the handle is unknown or was already synchronized.
     """
-    return bool(_C.poll(handle))
+    return bool(C.poll(handle))
 
 
 def synchronize(handle):
@@ -67,12 +68,12 @@ def synchronize(handle):
     if handle not in _handle_map:
         return None
     try:
-        outputs = _C.wait(handle)
+        outputs = C.wait(handle)
     except BaseException:
         # The op failed (the extension released its handle), or a signal handler raised while waiting (Ctrl-C):
         # then the op is still pending and the handle stays valid for another synchronize().
         try:
-            _C.poll(handle)
+            C.poll(handle)
         except ValueError:
             _handle_map.pop(handle, None)
         raise
@@ -83,22 +84,24 @@ def synchronize(handle):
 def _reset():
     """Forgets every handle and restarts the names of unnamed collectives (init after shutdown)."""
     _handle_map.clear()
-    _C.reset()
+    C.reset()
 
 
 _basics._shutdown_hooks.append(_reset)  # any shutdown (an elastic reset too) starts the names afresh
 
 
-def _name(name):
+def name_arg(name):
+    """The extension's name argument: the user's name, or "" for an unnamed collective (the core names it)."""
     return "" if name is None else str(name)
 
 
-def _set_id(fn, process_set):
+def set_id(fn, process_set):
     return process_set_id_of(process_set, fn)
 
 
-def _check_adasum(fn, pid):
-    check_adasum(fn, process_set_of(pid).size())
+def check_adasum_on(fn, pid):
+    """Adasum's requirement on the set's size (a power of two), for `fn`'s message."""
+    _reduce_ops.check_adasum(fn, process_set_of(pid).size())
 
 
 _DTYPES = (torch.uint8, torch.int8, torch.uint16, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
@@ -116,16 +119,16 @@ def _check_tensor(fn, tensor, arg="tensor"):
                          "TFRING_GPU_OPERATIONS=NCCL), or move it to the CPU" % (fn, arg, tensor.device))
 
 
-def _dense(fn, tensor, arg="tensor"):
+def dense(fn, tensor, arg="tensor"):
     """A contiguous view of `tensor` (itself when it already is one), as the extension needs."""
     _check_tensor(fn, tensor, arg)
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
-def _inplace(fn, tensors):
+def inplace(fn, tensors):
     """(buffers the collective writes, copy-back to run once it is done) for in-place collectives: a
     non-contiguous tensor is reduced in a contiguous copy that is copied back (Horovod refuses them)."""
-    buffers = [_dense(fn, t, "tensors[%d]" % i if len(tensors) > 1 else "tensor") for i, t in enumerate(tensors)]
+    buffers = [dense(fn, t, "tensors[%d]" % i if len(tensors) > 1 else "tensor") for i, t in enumerate(tensors)]
 
     def copy_back():
         with torch.no_grad():  # like the extension's own writes, invisible to autograd (leaves may require grad)
@@ -135,17 +138,17 @@ def _inplace(fn, tensors):
     return buffers, copy_back
 
 
-def _empty_like(tensor):
+def empty_like(tensor):
     """A new contiguous output for an out-of-place collective; large CPU ones reuse freed outputs' memory (the
     core's output cache, TFRING_OUTPUT_CACHE_BYTES) instead of fresh pages that fault on first touch. Tensor
     subclasses, other devices and active dispatch modes (fake tensors, tracing) get torch.empty: the cache's
     allocation bypasses torch's dispatcher."""
     if type(tensor) is not torch.Tensor or tensor.device.type != "cpu" or torch._C._len_torch_dispatch_stack():
         return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-    return _C.empty_like(tensor)
+    return C.empty_like(tensor)
 
 
-def _group(fn, tensors):
+def group(fn, tensors):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("tfring.%s: tensors is empty" % fn)

@@ -9,15 +9,15 @@ from tfring.torch.compression import Compression
 
 
 def _allreduce_async(fn, tensors, outputs, name, op, prescale_factor, postscale_factor, process_set, finish):
-    pid = _h._set_id(fn, process_set)
+    pid = _h.set_id(fn, process_set)
     if op == Adasum:
-        _h._check_adasum(fn, pid)
-    args = (_h._name(name), int(op), float(prescale_factor), float(postscale_factor), pid)
+        _h.check_adasum_on(fn, pid)
+    args = (_h.name_arg(name), int(op), float(prescale_factor), float(postscale_factor), pid)
     if outputs is None:  # one tensor
-        handle = _h._C.allreduce_async(tensors[0], finish.output, *args)
+        handle = _h.C.allreduce_async(tensors[0], finish.output, *args)
     else:
-        handle = _h._C.grouped_allreduce_async(tensors, outputs, *args)
-    return _h._submit(handle, tensors, finish)
+        handle = _h.C.grouped_allreduce_async(tensors, outputs, *args)
+    return _h.submit(handle, tensors, finish)
 
 
 class _Result:
@@ -59,9 +59,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         RuntimeError: tfring is not initialized.
     """
     op = resolve_op("allreduce_async", op, average)
-    tensor = _h._dense("allreduce_async", tensor)
+    tensor = _h.dense("allreduce_async", tensor)
     return _allreduce_async("allreduce_async", [tensor], None, name, op, prescale_factor, postscale_factor,
-                            process_set, _Result(output=_h._empty_like(tensor)))
+                            process_set, _Result(output=_h.empty_like(tensor)))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -85,7 +85,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         NotImplementedError: Adasum over a number of ranks that is not a power of two.
     """
     op = resolve_op("allreduce_async_", op, average)
-    buffers, copy_back = _h._inplace("allreduce_async_", [tensor])
+    buffers, copy_back = _h.inplace("allreduce_async_", [tensor])
     result = _Result(output=buffers[0], inplace=[tensor], copy_back=copy_back)
     return _allreduce_async("allreduce_async_", buffers, None, name, op, prescale_factor, postscale_factor,
                             process_set, result)
@@ -175,8 +175,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     """
     fn = "grouped_allreduce_async"
     op = resolve_op(fn, op, average)
-    tensors = [_h._dense(fn, t, "tensors[%d]" % i) for i, t in enumerate(_h._group(fn, tensors))]
-    outputs = [_h._empty_like(t) for t in tensors]
+    tensors = [_h.dense(fn, t, "tensors[%d]" % i) for i, t in enumerate(_h.group(fn, tensors))]
+    outputs = [_h.empty_like(t) for t in tensors]
     return _allreduce_async(fn, tensors, outputs, name, op, prescale_factor, postscale_factor, process_set,
                             _Result(grouped=True))
 
@@ -202,8 +202,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     """
     fn = "grouped_allreduce_async_"
     op = resolve_op(fn, op, average)
-    tensors = _h._group(fn, tensors)
-    buffers, copy_back = _h._inplace(fn, tensors)
+    tensors = _h.group(fn, tensors)
+    buffers, copy_back = _h.inplace(fn, tensors)
     return _allreduce_async(fn, buffers, buffers, name, op, prescale_factor, postscale_factor, process_set,
                             _Result(grouped=True, inplace=tensors, copy_back=copy_back))
 
@@ -240,7 +240,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     Returns:
         list: the reduced tensors, in the order of `tensors`.
     """
-    pairs = [compression.compress(t) for t in _h._group("grouped_allreduce", tensors)]
+    pairs = [compression.compress(t) for t in _h.group("grouped_allreduce", tensors)]
     reduced = _GroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
                                       *[p[0] for p in pairs])
     return [compression.decompress(t, p[1]) for t, p in zip(reduced, pairs)]

@@ -26,7 +26,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     indices = allgather_async(t._indices().transpose(0, 1).contiguous(), name="%s.indices" % name,
                               process_set=process_set)
     values = allgather_async(t._values(), name="%s.values" % name, process_set=process_set)
-    n = process_set_of(_h._set_id("sparse_allreduce_async", process_set)).size()
+    n = process_set_of(_h.set_id("sparse_allreduce_async", process_set)).size()
 
     def handle():
         vals, idx = _h.synchronize(values), _h.synchronize(indices)
@@ -70,13 +70,13 @@ def _reducescatter_async(fn, tensors, name, op, process_set, prescale_factor, po
     if op == Adasum:
         raise NotImplementedError("tfring.%s: op=Adasum is not supported by reducescatter (as in Horovod)" % fn)
     check_op(fn, op, adasum=False)
-    pid = _h._set_id(fn, process_set)
-    args = (_h._name(name), int(op), float(prescale_factor), float(postscale_factor), pid)
+    pid = _h.set_id(fn, process_set)
+    args = (_h.name_arg(name), int(op), float(prescale_factor), float(postscale_factor), pid)
     if fn.startswith("grouped"):
-        tensors = [_h._dense(fn, t, "tensors[%d]" % i) for i, t in enumerate(_h._group(fn, tensors))]
-        return _h._submit(_h._C.grouped_reducescatter_async(tensors, *args), tensors, list)
-    tensors = [_h._dense(fn, tensors[0])]
-    return _h._submit(_h._C.reducescatter_async(tensors[0], *args), tensors, _reducescatter_result)
+        tensors = [_h.dense(fn, t, "tensors[%d]" % i) for i, t in enumerate(_h.group(fn, tensors))]
+        return _h.submit(_h.C.grouped_reducescatter_async(tensors, *args), tensors, list)
+    tensors = [_h.dense(fn, tensors[0])]
+    return _h.submit(_h.C.reducescatter_async(tensors[0], *args), tensors, _reducescatter_result)
 
 
 def _scale_for_backward(ctx, grads):
@@ -91,7 +91,7 @@ class _Reducescatter(torch.autograd.Function):
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.op, ctx.process_set = op, process_set
         ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
-        ctx.set_size = process_set_of(_h._set_id("reducescatter", process_set)).size()
+        ctx.set_size = process_set_of(_h.set_id("reducescatter", process_set)).size()
         return _h.synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
 
     @staticmethod
@@ -145,7 +145,7 @@ class _GroupedReducescatter(torch.autograd.Function):
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
         ctx.op, ctx.process_set = op, process_set
         ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
-        ctx.set_size = process_set_of(_h._set_id("grouped_reducescatter", process_set)).size()
+        ctx.set_size = process_set_of(_h.set_id("grouped_reducescatter", process_set)).size()
         return tuple(_h.synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set,
                                                                 prescale_factor, postscale_factor)))
 
@@ -171,7 +171,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     Returns:
         list: this rank's block of each reduced tensor.
     """
-    pairs = [compression.compress(t) for t in _h._group("grouped_reducescatter", tensors)]
+    pairs = [compression.compress(t) for t in _h.group("grouped_reducescatter", tensors)]
     reduced = _GroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
                                           *[p[0] for p in pairs])
     return [compression.decompress(t, p[1]) for t, p in zip(reduced, pairs)]

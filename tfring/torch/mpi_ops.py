@@ -38,7 +38,7 @@ def join(device=-1):
     Raises:
         RuntimeError: tfring is not initialized, or the job was shut down.
     """
-    handle = _h._submit(_h._C.join_async(0), None, lambda outputs: int(outputs[0]))
+    handle = _h.submit(_h.C.join_async(0), None, lambda outputs: int(outputs[0]))
     return _h.synchronize(handle)
 
 
@@ -52,5 +52,5 @@ def barrier(process_set=global_process_set):
         ValueError: the process set is not registered, or this rank is not in it.
         RuntimeError: tfring is not initialized, or the job was shut down.
     """
-    pid = _h._set_id("barrier", process_set)
-    _h.synchronize(_h._submit(_h._C.barrier_async(pid), None, lambda outputs: None))
+    pid = _h.set_id("barrier", process_set)
+    _h.synchronize(_h.submit(_h.C.barrier_async(pid), None, lambda outputs: None))
