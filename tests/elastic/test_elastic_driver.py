@@ -102,12 +102,12 @@ def test_hosts_add_is_free_slots_in_discovery_order_capped_by_max_np():
     reply = book.hosts({"rank": 0})
     assert reply["add"] == [["h2", 1], ["h3", 1]] and reply["hosts"] == [["h1", 2], ["h2", 2], ["h3", 1]]
     assert reply["size"] == 3 and reply["generation"] == 1
-    assert book_with(hosts, 3, max_np=4)[0].hosts({})["add"] == [["h2", 1]]
-    assert book_with(hosts, 3, max_np=3)[0].hosts({})["add"] == []
+    assert book_with(hosts, 3, max_np=4)[0].hosts({"rank": 0})["add"] == [["h2", 1]]
+    assert book_with(hosts, 3, max_np=3)[0].hosts({"rank": 0})["add"] == []
     book.set_discovered(hosts)
     assert book.generation == 1  # same hosts: same generation
     book.set_discovered(hosts + [("h4", 3)])
-    assert book.generation == 2 and book.hosts({})["add"][-1] == ["h4", 3]
+    assert book.generation == 2 and book.hosts({"rank": 0})["add"][-1] == ["h4", 3]
     with pytest.raises(BadRequest):
         book.hosts({"rank": "zero"})
 
@@ -117,12 +117,12 @@ def test_one_lost_process_on_a_healthy_host_is_not_blacklisted_only_its_slot_hel
     me = socket.gethostname()  # what ranks report (PMIX_HOSTNAME): this machine's name for a localhost job
     assert book.reset({"hosts": [me, me], "reason": "failure"}) == {"ok": True, "resets": 1, "generation": 1}
     assert book.occupancy == {"localhost": 2} and book.blacklist == {}
-    reply = book.hosts({})
+    reply = book.hosts({"rank": 0})
     assert reply["hosts"] == [["localhost", 3], ["h2", 1]] and reply["add"] == [["h2", 1]]  # not the failed slot
     assert lines == ["reset 1 (failure): localhost 3 -> 2 lost ranks; 2 ranks remain"]
     book.set_discovered([("h2", 1)])  # the host leaves the discovery and comes back: whole again
     book.set_discovered([("localhost", 3), ("h2", 1)])
-    assert book.hosts({})["add"] == [["localhost", 1], ["h2", 1]]
+    assert book.hosts({"rank": 0})["add"] == [["localhost", 1], ["h2", 1]]
 
 
 def test_host_losing_all_its_ranks_is_blacklisted_unless_discovery_dropped_it():
@@ -152,17 +152,18 @@ def test_host_dropping_in_two_failure_resets_in_a_row_is_blacklisted():
 def test_cooldown_brings_a_blacklisted_host_and_a_held_slot_back():
     book, lines = book_with([("h1", 2), ("h2", 1)], 3, cooldown_range=(0.05, 0.1))
     book.reset({"hosts": ["h1"], "reason": "failure"})
-    assert "h2" in book.blacklist and book.hosts({})["hosts"] == [["h1", 2]] and book.hosts({})["add"] == []
+    reply = book.hosts({"rank": 0})
+    assert "h2" in book.blacklist and reply["hosts"] == [["h1", 2]] and reply["add"] == []
     assert any(x.startswith("blacklisted host h2") and "--blacklist-cooldown-range" in x for x in lines)
     generation = book.generation
     time.sleep(0.2)
-    reply = book.hosts({})
+    reply = book.hosts({"rank": 0})
     assert reply["hosts"] == [["h1", 2], ["h2", 1]] and reply["add"] == [["h1", 1], ["h2", 1]]
     assert reply["generation"] == generation + 1 and "host h2 is off the blacklist (its cooldown is over)" in lines
     forever, _ = book_with([("h1", 2), ("h2", 1)], 3)
     forever.reset({"hosts": ["h1"], "reason": "failure"})
     time.sleep(0.2)
-    assert forever.hosts({})["hosts"] == [["h1", 2]] and forever.hosts({})["add"] == []
+    assert forever.hosts({"rank": 0})["hosts"] == [["h1", 2]] and forever.hosts({"rank": 0})["add"] == []
 
 
 def test_reset_limit_is_logged_and_bad_payloads_refused():

@@ -96,7 +96,7 @@ def test_reset_sets_the_members_and_checks_its_payload():
     book.reset({"hosts": ["x"], "reason": "failure", "slots": [0, 2, 7]})
     assert book.members == {0} and len(book.reasons) == 1  # dead and unknown slots are not members
     with pytest.raises(BadRequest, match="slots"):
-        book.reset({"slots": ["1"]})
+        book.reset({"hosts": ["x"], "slots": ["1"], "reason": "grow"})
     with pytest.raises(BadRequest, match="rank"):
         book.hosts({"rank": -1})
 

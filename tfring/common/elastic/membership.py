@@ -9,6 +9,7 @@ import sys
 import threading
 
 from tfring.common import knobs, launch_env, library
+from tfring.common.elastic import protocol
 from tfring.common.signed_channel import client_from_env
 
 _lock = threading.Lock()
@@ -102,7 +103,7 @@ def _at_exit():
         signed = client()
         if signed is not None and _base is not None:
             try:
-                signed.call("/exit", {"rank": _base.rank, "size": _base.size, "code": code})
+                signed.call(protocol.EXIT, protocol.exit_request(_base.rank, _base.size, code))
             except Exception as e:  # noqa: BLE001 - the launcher gone or unreachable: mpirun's status stands
                 sys.stderr.write("tfring.elastic: could not report this rank's exit: %s\n" % e)
     finally:

@@ -10,7 +10,7 @@ import threading
 import time
 
 from tfring.common import basics, launch_env
-from tfring.common.elastic import membership
+from tfring.common.elastic import membership, protocol
 from tfring.common.elastic.membership import base_comm, host_name, min_np, reset_limit, timeout
 
 _lock = threading.Lock()
@@ -48,7 +48,7 @@ def _poll():
     while client is not None:
         started = time.time()
         try:
-            reply = client.call("/hosts", {"rank": 0})
+            reply = client.call(protocol.HOSTS, protocol.hosts_request(0))
             add = reply.get("add") or None
             _learn(reply)
         except Exception as e:  # the launcher may be gone at the end of the job; growth just stops
@@ -167,7 +167,7 @@ def _report(comm, reason, add=(), assign=None):
         client = membership.client()
         if client is not None:
             try:
-                client.call("/reset", {"hosts": hosts, "reason": reason, "slots": slots})
+                client.call(protocol.RESET, protocol.reset_request(hosts, slots, reason))
             except Exception as e:
                 sys.stderr.write("tfring.elastic: cannot report the reset to the launcher: %s\n" % e)
 
@@ -177,7 +177,7 @@ def _log(message):
     client = membership.client()
     if client is not None:
         try:
-            client.call("/log", {"message": message})
+            client.call(protocol.LOG, protocol.log_request(message))
         except Exception:
             pass
 
@@ -189,7 +189,7 @@ def _wait_for_slots(comm, need):
     add = None
     while comm.rank == 0 and client is not None and time.time() < deadline:
         try:
-            reply = client.call("/hosts", {"rank": 0})
+            reply = client.call(protocol.HOSTS, protocol.hosts_request(0))
             offered = reply.get("add") or []
             _learn(reply)
         except Exception:

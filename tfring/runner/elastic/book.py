@@ -6,10 +6,8 @@ import sys
 import threading
 import time
 
-from tfring.common.signed_channel import BadRequest
+from tfring.common.elastic import protocol
 from tfring.runner.elastic.hostnames import canonical_host
-
-MAX_LOG_MESSAGE = 2000  # characters of a rank's /log message
 
 
 def _placement(hosts, np_):  # {host: ranks} as mpirun places np_ ranks (--map-by slot: each host's slots in turn)
@@ -141,7 +139,7 @@ class HostBook:
         """Handler of `/hosts`: the available hosts and the slots the job may add.
 
         Args:
-            payload: {"rank": r} (unused beyond a type check).
+            payload: {"rank": r} (protocol.check_hosts).
 
         Returns:
             dict: {"generation", "hosts": [[host, slots]], "add": [[host, n]], "size", "blacklisted"}; "add": each
@@ -151,8 +149,7 @@ class HostBook:
         Raises:
             BadRequest: "rank" is not an integer.
         """
-        if not isinstance(payload.get("rank", 0), int):
-            raise BadRequest("'rank' must be an integer")
+        protocol.check_hosts(payload)
         with self._lock:
             available = self.refresh()
             size = sum(self.occupancy.values())
@@ -170,7 +167,8 @@ class HostBook:
         """Handler of `/reset`: the job's new placement after a failure or a growth.
 
         Args:
-            payload: {"hosts": [host of each rank, in rank order], "reason": "failure" | "grow"}.
+            payload: {"hosts": [host of each rank, in rank order], "reason": "failure" | "grow"} (protocol.check_reset;
+                "slots" is for the Spark/Ray book).
 
         Returns:
             dict: {"ok": True, "resets": count so far, "generation": g}.
@@ -178,11 +176,7 @@ class HostBook:
         Raises:
             BadRequest: a missing or mistyped field.
         """
-        hosts, reason = payload.get("hosts"), payload.get("reason")
-        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
-            raise BadRequest("'hosts' must be a non-empty list of host names")
-        if reason not in ("failure", "grow"):
-            raise BadRequest("'reason' must be 'failure' or 'grow'")
+        hosts, _, reason = protocol.check_reset(payload)
         with self._lock:
             self.resets += 1
             new = collections.Counter(self._canonical(h) for h in hosts)
@@ -219,11 +213,7 @@ class HostBook:
         Raises:
             BadRequest: no string message.
         """
-        message = payload.get("message")
-        if not isinstance(message, str):
-            raise BadRequest("'message' must be a string")
-        text = "".join(c if c.isprintable() else " " for c in " ".join(message.split()))
-        self._say(text[:MAX_LOG_MESSAGE])
+        self._say(protocol.check_log(payload))
         return {"ok": True}
 
     def handlers(self):
@@ -232,4 +222,4 @@ class HostBook:
         Returns:
             dict: {path: handler}.
         """
-        return {"/hosts": self.hosts, "/reset": self.reset, "/log": self.log}
+        return {protocol.HOSTS: self.hosts, protocol.RESET: self.reset, protocol.LOG: self.log}

@@ -4,7 +4,7 @@ status then says nothing about the job. Each rank reports its status at exit; wh
 0..n-1 all reported 0 and none reported a failure, the job succeeded whatever mpirun says."""
 import threading
 
-from tfring.common.signed_channel import BadRequest
+from tfring.common.elastic import protocol
 
 
 class ExitLedger:
@@ -31,12 +31,7 @@ class ExitLedger:
         Raises:
             BadRequest: a field missing, not an int, or rank outside [0, size).
         """
-        values = [payload.get(k) for k in ("rank", "size", "code")]
-        if any(not isinstance(v, int) or isinstance(v, bool) for v in values):
-            raise BadRequest("'rank', 'size' and 'code' must be integers")
-        rank, size, code = values
-        if not 0 <= rank < size:
-            raise BadRequest("'rank' %d is outside [0, 'size' %d)" % (rank, size))
+        rank, size, code = protocol.check_exit(payload)
         with self._lock:
             self._reports[(size, rank)] = code
         return {"ok": True}

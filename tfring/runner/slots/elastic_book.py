@@ -11,19 +11,12 @@ import re
 import socket
 import time
 
-from tfring.common.signed_channel import BadRequest
+from tfring.common.elastic import protocol
 from tfring.runner.processes import start_time
 from tfring.runner.slots.service import HOST_NAME, LOCAL_HOST
 
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}\Z")
 OFFER_SILENCE = 5.0  # a slot not heard from for this long (it polls every second) is not offered for growth
-
-
-def _int(payload, key):
-    value = payload.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise BadRequest("%s: expected a non-negative integer, got %r" % (key, value))
-    return value
 
 
 class SlotBook:
@@ -151,7 +144,7 @@ class SlotBook:
     def hosts(self, payload):
         """`/hosts`: the live slots without a rank, as growth mpirun can spawn ("add"), and which slot each process
         spawned there belongs to ("assign": {host: slots in local rank order})."""
-        _int(payload, "rank")
+        protocol.check_hosts(payload)
         with self.cond:
             free = [i for i in self.live(OFFER_SILENCE) if i not in self.members and self._known(i)]
             room = len(free) if self.max_np is None else max(0, self.max_np - len(self.members))
@@ -176,27 +169,22 @@ class SlotBook:
 
     def reset(self, payload):
         """`/reset`: rank 0's report of the job's slots after a shrink or before a spawn."""
-        slots = payload.get("slots")
-        if not isinstance(slots, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in slots):
-            raise BadRequest("slots: expected a list of slot indexes")
-        reason = payload.get("reason")
+        _, slots, reason = protocol.check_reset(payload)
         with self.cond:
             self.members = {s for s in slots if s in self.slots and self.slots[s]["dead"] is not True}
             self.launched |= {self.name(self.slots[s]["host"]) for s in self.members}
-            self.reasons.append((time.time(), str(reason), len(slots)))
+            self.reasons.append((time.time(), reason, len(slots)))
             self.cond.notify_all()
         return {}
 
     def log(self, payload):
-        message = payload.get("message")
-        if not isinstance(message, str):
-            raise BadRequest("message: expected a string")
-        self.say(message[:4000])
+        self.say(protocol.check_log(payload))
         return {}
 
     def exit(self, payload):  # the ranks' exit reports (tfringrun uses them; here the call's results tell)
-        _int(payload, "rank")
+        protocol.check_exit(payload)
         return {"ack": True}
 
     def handlers(self):
-        return {"/hosts": self.hosts, "/reset": self.reset, "/log": self.log, "/exit": self.exit}
+        return {protocol.HOSTS: self.hosts, protocol.RESET: self.reset, protocol.LOG: self.log,
+                protocol.EXIT: self.exit}

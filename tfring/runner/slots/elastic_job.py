@@ -26,7 +26,8 @@ import time
 from tfring.common import launch_env
 from tfring.common.signed_channel import BadRequest, DriverClient, new_secret
 from tfring.common.signed_server import DriverServer
-from tfring.runner.slots.elastic_book import SlotBook, _int
+from tfring.common.elastic.protocol import integer as _int
+from tfring.runner.slots.elastic_book import SlotBook
 from tfring.runner.slots.job import LaunchError, RankError, _seconds
 from tfring.runner.slots.launcher import HERE, Launcher
 from tfring.runner.env import forwarded

@@ -1,0 +1,80 @@
+"""The elastic ranks' channel to their launcher, written once: its paths, what each request holds, and how it is
+checked, for both ends (the ranks: tfring.common.elastic; the launchers: tfringrun's HostBook and ExitLedger, the
+Spark/Ray SlotBook). Every request is authenticated by the signed channel first; a malformed one is refused with
+BadRequest naming the field, and a rank's log line is cleaned and capped the same way whichever launcher prints it.
+
+  /hosts  {"rank"}                        -> what the job may add (each launcher's reply: see its book)
+  /reset  {"hosts", "slots", "reason"}    the members after a shrink or before a growth: each rank's host, in rank
+                                          order, and (Spark/Ray) its slot index
+  /log    {"message"}                     one line on the launcher's stderr
+  /exit   {"rank", "size", "code"}        a rank's status as it exits"""
+from tfring.common.signed_channel import BadRequest
+
+HOSTS, RESET, LOG, EXIT = "/hosts", "/reset", "/log", "/exit"
+REASONS = ("failure", "grow")
+MAX_LOG_MESSAGE = 2000  # characters of a rank's /log line
+
+
+def integer(payload, key, minimum=0):
+    """payload[key] as an int >= minimum (bool is not an int here).
+
+    Raises:
+        BadRequest: naming the key and the value.
+    """
+    value = payload.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BadRequest("'%s' must be an integer >= %d, got %r" % (key, minimum, value))
+    return value
+
+
+def hosts_request(rank):
+    return {"rank": int(rank)}
+
+
+def check_hosts(payload):
+    """The asking rank of a /hosts request."""
+    return integer(payload, "rank")
+
+
+def reset_request(hosts, slots, reason):
+    return {"hosts": list(hosts), "slots": list(slots), "reason": reason}
+
+
+def check_reset(payload):
+    """(hosts, slots, reason) of a /reset request: a non-empty list of host names, a list of slot indexes (empty
+    outside Spark/Ray), "failure" or "grow"."""
+    hosts, slots, reason = payload.get("hosts"), payload.get("slots", []), payload.get("reason")
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+        raise BadRequest("'hosts' must be a non-empty list of host names")
+    if not isinstance(slots, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in slots):
+        raise BadRequest("'slots' must be a list of slot indexes")
+    if reason not in REASONS:
+        raise BadRequest("'reason' must be 'failure' or 'grow'")
+    return hosts, slots, reason
+
+
+def log_request(message):
+    return {"message": str(message)}
+
+
+def check_log(payload):
+    """A /log request's message as one printable line of at most MAX_LOG_MESSAGE characters."""
+    message = payload.get("message")
+    if not isinstance(message, str):
+        raise BadRequest("'message' must be a string")
+    return "".join(c if c.isprintable() else " " for c in " ".join(message.split()))[:MAX_LOG_MESSAGE]
+
+
+def exit_request(rank, size, code):
+    return {"rank": int(rank), "size": int(size), "code": int(code)}
+
+
+def check_exit(payload):
+    """(rank, size, code) of an /exit request, rank in [0, size)."""
+    values = [payload.get(k) for k in ("rank", "size", "code")]
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in values):
+        raise BadRequest("'rank', 'size' and 'code' must be integers")
+    rank, size, code = values
+    if not 0 <= rank < size:
+        raise BadRequest("'rank' %d is outside [0, 'size' %d)" % (rank, size))
+    return rank, size, code
