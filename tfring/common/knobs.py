@@ -26,6 +26,8 @@ def _core_handle():
         return library.loaded()
     path = os.path.join(library.PACKAGE_DIR, library.CORE_LIBRARY)
     if not os.path.exists(path):
+        path = _installed_core() or path
+    if not os.path.exists(path):
         if library.find_extension("tensorflow", "_tfring*.so"):
             # A Bazel build: the core lives in TensorFlow's op library, which the TF binding loads (and adopts).
             importlib.import_module("tfring.tensorflow")
@@ -38,6 +40,18 @@ def _core_handle():
     c = ctypes.CDLL(path)
     c.tfring_knob_table.restype = ctypes.c_char_p
     return c
+
+
+def _installed_core():
+    """The installed tfring distribution's core, where this tfring is a source tree without a build: a launcher or a
+    Spark/Ray worker started in a checkout imports the tree's pure-Python tfring/ (the working directory comes first
+    on its path) while tfring is installed; the table is read from the installed build then."""
+    from importlib import metadata
+    for dist in metadata.distributions(name="tfring"):  # a checkout's own egg-info may come first
+        found = str(dist.locate_file("tfring/" + library.CORE_LIBRARY))
+        if os.path.exists(found):
+            return found
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,6 +101,16 @@ def value(name, environ=None):
 def launcher_knobs():
     """The rows tfringrun has a flag for, in the core's order."""
     return [k for k in table() if k.flag]
+
+
+def flag_type(knob):
+    """The Python type of a knob flag's value: bool for an on/off pair, float for a scaled number (the fusion
+    threshold's MB), else the row's int, float or str (a "level" row: str, one of the log levels)."""
+    if "|" in knob.flag:
+        return bool
+    if knob.flag_scale != 1:
+        return float
+    return {"int": int, "double": float}.get(knob.type, str)
 
 
 def dest(knob):

@@ -33,12 +33,7 @@ def _add_knob_keys():
         if not k.config:
             continue
         section, key = k.config.lstrip("!").split(".")
-        if "|" in k.flag:
-            typ = bool
-        elif k.type == "level":
-            typ = tuple(LOG_LEVELS)
-        else:
-            typ = float if k.flag_scale != 1 else {"int": int, "double": float}.get(k.type, str)
+        typ = tuple(LOG_LEVELS) if k.type == "level" else knobs.flag_type(k)
         added[section][key] = (knobs.dest(k), typ)
         if k.config.startswith("!"):
             INVERTED.add((section, key))

@@ -69,8 +69,7 @@ def _knob_flags(group, title):
         elif k.type == "level":
             group.add_argument(k.flag, type=str.lower, choices=LOG_LEVELS, help=helps[0])
         else:
-            typ = float if k.flag_scale != 1 else {"int": int, "double": float}.get(k.type, str)
-            group.add_argument(k.flag, type=typ, help=helps[0])
+            group.add_argument(k.flag, type=knobs.flag_type(k), help=helps[0])
 
 
 def build_parser():

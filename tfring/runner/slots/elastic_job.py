@@ -33,7 +33,8 @@ from tfring.runner.slots.launcher import HERE, Launcher
 from tfring.runner.env import forwarded
 from tfring.runner.processes import alive
 from tfring.runner.slots.net import host_identity
-from tfring.runner.slots.service import CALL_WAIT, _network, _str
+from tfring.runner.slots.service import _network, _str
+from tfring.runner.slots.waits import LockedWaits
 from tfring.runner.slots.wire import MAX_BODY, SERVICE, decode, encode
 
 SLOT_SILENCE = 30.0  # seconds without a slot's status poll (every second) before it counts as dead
@@ -60,7 +61,7 @@ _NOTE = "(tfring rank %d)"
 _NOTE_RE = re.compile(r"^\(tfring rank (\d+)\)$", re.M)
 
 
-class ElasticSlotJob:
+class ElasticSlotJob(LockedWaits):
     """The driver of an elastic slot job: the slots' service, the elastic ranks' channel, mpirun, the calls.
 
     Args:
@@ -209,20 +210,15 @@ class ElasticSlotJob:
     def _call(self, p):
         after, slot = _int(p, "after"), _int(p, "rank")
         pid, started = p.get("pid"), p.get("started")
-        deadline = time.monotonic() + CALL_WAIT
         with self._cond:
             self._asked.add(slot)
             known = self.book.slots.get(slot)
             if known is not None and known["host"] == self.book.local_host and isinstance(pid, int) and \
                     not isinstance(pid, bool) and pid > 0 and isinstance(started, str):
                 self._ranks[slot] = [pid, started]  # a rank on this host: _check sees it die
-            while not self._stopping and self._seq <= after:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return {"wait": True}
-                self._cond.wait(left)
-            if self._stopping:
-                return {"stop": True}
+            reply = self._wait_for_call(after)
+            if reply is not None:
+                return reply
             pending = sorted(q for q in self._calls if q > after)
             if not pending:  # a rank spawned after the call it asks about ended: the newest one
                 return {"wait": True}
@@ -284,21 +280,6 @@ class ElasticSlotJob:
                 self._say("the rank of slot %d (pid %d) died" % (index, pid))
                 self.book.members.discard(index)
                 del self._ranks[index]
-
-    def _wait(self, until, deadline, alive, expired):
-        while True:
-            with self._cond:
-                self._check()
-                if until():
-                    return
-                if time.monotonic() >= deadline:
-                    raise expired()
-                self._cond.wait(min(max(deadline - time.monotonic(), 0.01), 1.0))
-                self._check()
-                if until():
-                    return
-            if alive is not None:
-                alive()
 
     def wait_ready(self, timeout, alive=None, want=None, settle=10.0):
         """Waits until num_proc slots registered, then starts mpirun on them; with `want`, also waits (at most

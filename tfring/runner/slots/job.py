@@ -116,24 +116,6 @@ class SlotJob(SlotService):
         slot = self._slots.get(index)
         return "slot %d (host %s)" % (index, slot["host"]) if slot else "slot %d" % index
 
-    def _wait(self, until, deadline, alive, expired):
-        # Waits under the lock until `until()` (checked with the lock held), one second at a time; between two
-        # waits the lock is released for `alive` (a scheduler call such as ray.wait may block every handler).
-        while True:
-            with self._cond:
-                self._check()
-                if until():
-                    return
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise expired()
-                self._cond.wait(min(left, 1.0))
-                self._check()
-                if until():
-                    return
-            if alive is not None:
-                alive()  # the scheduler's own state: raises when its job failed
-
     def wait_ready(self, timeout, alive=None):
         """Waits until every slot registered, then until slot 0 has taken the job (mpirun started).
 

@@ -13,9 +13,8 @@ import time
 
 from tfring.common.signed_channel import BadRequest, new_secret
 from tfring.common.signed_server import DriverServer
+from tfring.runner.slots.waits import LockedWaits
 from tfring.runner.slots.wire import MAX_BODY, SERVICE
-
-CALL_WAIT = 5.0  # seconds a rank's /call waits for work before it is told to ask again
 LOCAL_HOST = "localhost"  # the launcher's host: PRRTE starts its ranks itself
 HOST_NAME = "tfring-slot-host-%d"  # every other host: unresolvable, so PRRTE launches it through the agent
 
@@ -44,7 +43,7 @@ def _str(payload, key):
     return value
 
 
-class SlotService:
+class SlotService(LockedWaits):
     """The handlers and state of a slot job's driver service (arguments: see SlotJob)."""
 
     def __init__(self, num_slots, bind_host, secret=None, env=None, launch_args=(), executable=None, stdout=None,
@@ -213,15 +212,10 @@ class SlotService:
         if after == 0 and isinstance(p.get("slot"), int):  # a rank's first ask: which slot it belongs to
             with self._cond:
                 self._rank_slot[_int(p, "rank", 0, self.num_slots)] = _int(p, "slot", 0, self.num_slots)
-        deadline = time.monotonic() + CALL_WAIT
         with self._cond:
-            while not self._stopping and self._seq <= after:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return {"wait": True}
-                self._cond.wait(left)
-            if self._stopping:
-                return {"stop": True}
+            reply = self._wait_for_call(after)
+            if reply is not None:
+                return reply
             seq = after + 1
             return {"seq": seq, "fn": self._calls[seq]}
 
