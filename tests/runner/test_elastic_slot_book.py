@@ -136,3 +136,13 @@ def test_a_slot_on_a_host_the_job_does_not_run_on_is_not_offered():
     book.members = {0}
     assert book.hosts({"rank": 0})["add"] == [] and book.hosts({"rank": 0})["add"] == []
     assert sum("does not run on" in line for line in lines) == 1  # said once
+
+
+def test_horovods_deprecated_size_names_warn_and_take_their_place():
+    # The Spark and Ray elastic APIs both take min_np / max_np through this one function.
+    from tfring.runner.slots.elastic_job import renamed_sizes
+    with pytest.warns(DeprecationWarning, match="min_np is deprecated, use min_num_proc instead"):
+        assert renamed_sizes(None, None, 2, None, stacklevel=1) == (2, None)
+    with pytest.warns(DeprecationWarning, match="max_np is deprecated, use max_num_proc instead"):
+        assert renamed_sizes(1, 3, None, 4, stacklevel=1) == (1, 4)
+    assert renamed_sizes(1, 3, None, None, stacklevel=1) == (1, 3)

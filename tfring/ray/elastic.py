@@ -14,9 +14,9 @@ import random
 import sys
 import threading
 import time
-import warnings
 
 from tfring.ray.worker import MAX_CONCURRENCY, SlotWorker
+from tfring.runner.slots.elastic_job import renamed_sizes
 
 SYNC_PERIOD = 1.0  # seconds between two looks at the discovery and the actors
 
@@ -194,13 +194,8 @@ class ElasticRayExecutor:
         Raises:
             ValueError: min_num_proc is not a positive integer, or max_num_proc is below it.
         """
-        if min_np is not None:
-            warnings.warn("min_np is deprecated, use min_num_proc instead", DeprecationWarning, stacklevel=2)
-            min_num_proc = min_np
-        if max_np is not None:
-            warnings.warn("max_np is deprecated, use max_num_proc instead", DeprecationWarning, stacklevel=2)
-            max_num_proc = max_np
-        if not isinstance(min_num_proc, int) or min_num_proc < 1:
+        min_num_proc, max_num_proc = renamed_sizes(min_num_proc, max_num_proc, min_np, max_np, stacklevel=2)
+        if not isinstance(min_num_proc, int) or isinstance(min_num_proc, bool) or min_num_proc < 1:
             raise ValueError("tfring.ray: min_num_proc: expected a positive integer, got %r" % (min_num_proc,))
         if max_num_proc is not None and (not isinstance(max_num_proc, int) or max_num_proc < min_num_proc):
             raise ValueError("tfring.ray: max_num_proc=%r: expected an integer >= min_num_proc (%d)" % (

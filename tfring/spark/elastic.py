@@ -9,9 +9,9 @@ import os
 import sys
 import threading
 import uuid
-import warnings
 
 from tfring.common import launch_env
+from tfring.runner.slots.elastic_job import renamed_sizes
 from tfring.spark.runner import STOP_GRACE, _driver_address, _launch_args, seconds_setting, start_timeout_of
 
 WHO = "tfring.spark.run_elastic"
@@ -31,12 +31,7 @@ def _elastic_timeout(value):
 
 
 def _sizes(sc, num_proc, min_num_proc, max_num_proc, min_np, max_np):
-    if min_np is not None:
-        warnings.warn("min_np is deprecated, use min_num_proc instead", DeprecationWarning, stacklevel=3)
-        min_num_proc = min_np
-    if max_np is not None:
-        warnings.warn("max_np is deprecated, use max_num_proc instead", DeprecationWarning, stacklevel=3)
-        max_num_proc = max_np
+    min_num_proc, max_num_proc = renamed_sizes(min_num_proc, max_num_proc, min_np, max_np, stacklevel=3)
     num_proc = sc.defaultParallelism if num_proc is None else num_proc
     min_num_proc = num_proc if min_num_proc is None else min_num_proc
     max_num_proc = num_proc if max_num_proc is None else max_num_proc

@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 import time
+import warnings
 
 from tfring.common import launch_env
 from tfring.common.signed_channel import BadRequest, DriverClient, new_secret
@@ -38,6 +39,16 @@ from tfring.runner.slots.waits import LockedWaits
 from tfring.runner.slots.wire import MAX_BODY, SERVICE, decode, encode
 
 SLOT_SILENCE = 30.0  # seconds without a slot's status poll (every second) before it counts as dead
+
+
+def renamed_sizes(min_num_proc, max_num_proc, min_np, max_np, stacklevel):
+    """(min_num_proc, max_num_proc), taking Horovod's deprecated min_np / max_np (a DeprecationWarning each, pointing
+    `stacklevel` frames up: the user's call) in their place, as the Spark and Ray elastic APIs both accept them."""
+    for old, value in (("min_np", min_np), ("max_np", max_np)):
+        if value is not None:
+            warnings.warn("%s is deprecated, use %s instead" % (old, old.replace("np", "num_proc")),
+                          DeprecationWarning, stacklevel=stacklevel + 1)
+    return (min_num_proc if min_np is None else min_np), (max_num_proc if max_np is None else max_np)
 
 
 def _rank():
