@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from tfring.spark.common import data
 from tfring.spark.lightning import remote
 
+LR_SGD = 0.01
+
 
 class Net(pl.LightningModule):
     def __init__(self):
@@ -44,6 +46,37 @@ class Manual(Net):
         self.log("train_loss", loss, on_step=False, on_epoch=True)
 
 
+class Sgd(Net):
+    """Plain SGD, which is not scale-invariant (Adam and LBFGS are: a strategy that sums the ranks' gradients instead
+    of averaging them trains them alike). `offset` appears in the loss as offset.sum(): its gradient is exactly 1 on
+    every rank, so it moves by -lr per step when gradients are averaged, by -size * lr when summed. `rank_mean` is
+    logged with sync_dist=True: every rank must then see the mean of the ranks' values."""
+
+    def __init__(self):
+        super().__init__()
+        self.offset = torch.nn.Parameter(torch.zeros(3))
+        self.steps = 0
+
+    def training_step(self, batch, batch_idx):
+        self.steps += 1
+        self.log("rank_mean", float(self.global_rank), on_step=False, on_epoch=True, sync_dist=True)
+        return super().training_step(batch, batch_idx) + self.offset.sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=LR_SGD)
+
+
+class SeenMetrics(pl.Callback):
+    """What this rank's trainer holds for rank_mean at each epoch's end (after Lightning's sync_dist reduction)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_train_epoch_end(self, trainer, module):
+        if "rank_mean" in trainer.callback_metrics:
+            self.seen.append(float(trainer.callback_metrics["rank_mean"]))
+
+
 class Lbfgs(Net):
     def configure_optimizers(self):
         return torch.optim.LBFGS(self.parameters(), lr=0.1, max_iter=3)
@@ -52,9 +85,12 @@ class Lbfgs(Net):
 root, out = sys.argv[1], sys.argv[2]
 units = data.row_group_units(root)
 cases = [("automatic", Net(), None), ("manual", Manual(), None),
-         ("accumulate", Net(), {"accumulate_grad_batches": 2, "gradient_clip_val": 1.0}), ("lbfgs", Lbfgs(), None)]
+         ("accumulate", Net(), {"accumulate_grad_batches": 2, "gradient_clip_val": 1.0}), ("lbfgs", Lbfgs(), None),
+         ("sgd", Sgd(), None)]
 for name, model, trainer_args in cases:
-    spec = dict(model=model, gradient_compression=None, callbacks=[], feature_cols=["features"], label_cols=["label"],
+    seen = SeenMetrics()
+    spec = dict(model=model, gradient_compression=None, callbacks=[seen], feature_cols=["features"],
+                label_cols=["label"],
                 sample_weight_col=None, input_shapes=[[-1, 64]], train_units=units, val_units=None,
                 train_rows=sum(n for _, _, n in units), val_rows=0, batch_size=32, val_batch_size=32, epochs=2,
                 resume_epochs=0, verbose=0, random_seed=1, shuffle=True, train_steps_per_epoch=None,
@@ -62,5 +98,8 @@ for name, model, trainer_args in cases:
                 logs_path="%s/%s/logs" % (out, name), trainer_args=trainer_args, logger=None, log_every_n_steps=50,
                 terminate_on_nan=True, profiler=None)
     result = remote.train(spec)
-    print("RESULT " + json.dumps({"case": name, "rank": result["rank"], "digest": result["digest"],
-                                  "losses": [h["train_loss"] for h in result.get("history") or []]}), flush=True)
+    extra = {"offset": model.offset.tolist(), "steps": model.steps, "lr": LR_SGD, "seen": seen.seen} \
+        if name == "sgd" else {}
+    print("RESULT " + json.dumps(dict({"case": name, "rank": result["rank"], "digest": result["digest"],
+                                       "losses": [h["train_loss"] for h in result.get("history") or []]}, **extra)),
+          flush=True)

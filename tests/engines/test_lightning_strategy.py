@@ -34,11 +34,17 @@ def test_every_optimization_mode_ends_with_identical_weights_on_both_ranks(tmp_p
     by_case = {}
     for r in results:
         by_case.setdefault(r["case"], {})[r["rank"]] = r
-    assert sorted(by_case) == ["accumulate", "automatic", "lbfgs", "manual"], proc.stdout[-5000:]
+    assert sorted(by_case) == ["accumulate", "automatic", "lbfgs", "manual", "sgd"], proc.stdout[-5000:]
     for case, ranks in by_case.items():
         assert ranks[0]["digest"] == ranks[1]["digest"], case
         losses = ranks[0]["losses"]
         assert len(losses) == 2 and losses[1] < losses[0], (case, losses)
+    # Plain SGD: the strategy averages the ranks' gradients (Sum would move `offset` twice as far; the learning
+    # rate is the module's times the 2 ranks, as Horovod's strategy scales it), and a value logged with
+    # sync_dist=True is the ranks' mean on every rank (#44 items 1 and 14).
+    for rank, r in by_case["sgd"].items():
+        assert r["steps"] > 10 and r["offset"] == pytest.approx([-r["lr"] * 2 * r["steps"]] * 3, rel=1e-4), r
+        assert r["seen"] == [0.5, 0.5], (rank, r["seen"])
     automatic, manual = by_case["automatic"][0], by_case["manual"][0]
     assert manual["losses"] == pytest.approx(automatic["losses"], rel=1e-4), (automatic, manual)
     print({c: by_case[c][0]["losses"] for c in by_case})

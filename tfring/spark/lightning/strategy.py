@@ -98,6 +98,12 @@ def make_strategy(pl, hvd, device, compression=None):
             return hvd.size()
 
         @property
+        def is_distributed(self):
+            # Lightning asks a strategy it does not know for this; without it every self.log(..., sync_dist=True)
+            # was silently not synced (each rank kept its own value).
+            return hvd.size() > 1
+
+        @property
         def distributed_sampler_kwargs(self):
             return {"num_replicas": hvd.size(), "rank": hvd.rank()}
 
