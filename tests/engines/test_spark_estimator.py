@@ -109,6 +109,16 @@ def test_every_rank_ends_with_the_returned_weights_and_history(fitted):
         pytest.approx(0.002)  # the unscaled rate (the ranks trained with 2x)
 
 
+def test_sample_weights_weigh_each_rows_loss(digits, tmp_path):
+    # Every row weighs 0: no gradient moves a weight, so both ranks end with the initial model. A fit that ignored
+    # sample_weight_col would train (#44 item 2).
+    df = digits[0].limit(256).selectExpr("id", "features", "label", "0.0 AS zero")
+    fitted = _estimator(store=LocalStore(str(tmp_path)), sample_weight_col="zero", epochs=1, validation=None,
+                        metrics=None).fit(df)
+    digests = fitted.getRankDigests()
+    assert digests[0] == digests[1] == weights_digest(_model().get_weights()), digests
+
+
 def test_the_store_holds_the_parquet_shards_and_rank_0s_checkpoint(fitted):
     model, store, _ = fitted
     run_id = model.getRunId()

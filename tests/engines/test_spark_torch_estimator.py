@@ -206,6 +206,15 @@ def test_a_fit_with_the_same_run_id_resumes_from_the_checkpoint(fitted, digits, 
     assert validation["all_metrics"] == [] and 0 < validation["loss"] < 0.5 * first, validation
 
 
+def test_sample_weights_weigh_each_rows_loss(digits, tmp_path):
+    # Every row weighs 0: each per-row loss times its weight is 0, so no gradient moves a weight and the fit returns
+    # the initial model on both ranks. A fit that ignored sample_weight_col would train (#44 item 2).
+    df = digits[0].limit(256).selectExpr("id", "features", "label", "0.0 AS zero")
+    fitted = _estimator(store=LocalStore(str(tmp_path)), sample_weight_col="zero", epochs=1, validation=None).fit(df)
+    digests = fitted.getRankDigests()
+    assert digests[0] == digests[1] == _digest(_model()), digests
+
+
 def test_predict_frames_for_a_two_output_model_and_an_empty_batch():
     import pandas as pd
     from types import SimpleNamespace
