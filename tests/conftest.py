@@ -143,6 +143,52 @@ def hosts_unavailable(reason):
     pytest.skip(reason)
 
 
+# Optional packages whose tests must run here (.ci/run sets it: CI installs them all): a missing one stops the run at
+# once, and a test or file skipped for want of one (importorskip, "X is not installed") fails instead, so a green
+# run never hides a binding or engine that did not load. The README's environments leave it unset (they skip).
+REQUIRE_PACKAGES = "TFRING_TEST_REQUIRE_PACKAGES"
+
+
+def _required():
+    return [p for p in os.environ.get(REQUIRE_PACKAGES, "").split(",") if p]
+
+
+def pytest_sessionstart(session):
+    import importlib.util
+    missing = [p for p in _required() if importlib.util.find_spec(p) is None]
+    if missing:
+        raise pytest.UsageError("%s=%s, but %s not installed" % (REQUIRE_PACKAGES, ",".join(_required()),
+                                                                 ", ".join(missing)))
+
+
+def _skipped_for_a_required_package(report):
+    if not report.skipped or not isinstance(report.longrepr, tuple):
+        return None
+    reason = str(report.longrepr[2])
+    return next((p for p in _required() if "could not import '%s'" % p in reason or "%s is not installed" % p in reason
+                 or "No module named '%s'" % p in reason), None)
+
+
+def _fail_required_skip(report):
+    package = _skipped_for_a_required_package(report)
+    if package is not None:
+        report.outcome = "failed"
+        report.longrepr = "skipped for want of %s, which %s requires: %s" % (package, REQUIRE_PACKAGES,
+                                                                             report.longrepr[2])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_required_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _fail_required_skip(outcome.get_result())
+
+
 # Under pytest-xdist (README: `pytest -n 2`) tests run on two workers at once, a test at a time each, except for these,
 # which go to one worker together: the emulated hosts (network namespaces set up per module, named after the worker's
 # pid), Ray (one local cluster at a time, for both Ray files) and each engine file (its module-scoped Spark session
