@@ -1,6 +1,9 @@
 // The merged timeline: rank 0 writes another rank's shipped events on its own clock, moved by the offset the monitor
 // measured (ranks on one host share a clock, so only an injected skew shows whether the offset is applied).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -26,7 +29,9 @@ long long TsOf(const std::string& json, int pid) {
 }  // namespace
 
 TEST(TimelineMovesAnotherRanksEventsByItsClockOffset) {
-  const std::string path = "/tmp/tfring_test_timeline_offset.json";
+  const char* dir = std::getenv("TEST_TMPDIR");  // Bazel's test directory; else /tmp
+  const std::string path =
+      std::string(dir ? dir : "/tmp") + "/tfring_test_timeline_offset." + std::to_string(getpid()) + ".json";
   Timeline rank0, rank1;
   EXPECT(rank0.Start(path, false, 0));
   EXPECT(rank1.Start("", false, 1));
