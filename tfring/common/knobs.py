@@ -34,9 +34,7 @@ def _core_handle():
             if library.loaded() is not None:
                 return library.loaded()
         return library.core()  # raises the ImportError that says how to build it
-    prefix = library.wheel_prefix()
-    if prefix:  # the core links libmpi by name: the wheel's copy first, whatever the rpath says
-        ctypes.CDLL(os.path.join(prefix, "lib", "libmpi.so.40"), mode=ctypes.RTLD_GLOBAL)
+    library.load_wheel_mpi()  # OPAL_PREFIX is not set here: the launcher's environment goes to the ranks
     c = ctypes.CDLL(path)
     c.tfring_knob_table.restype = ctypes.c_char_p
     return c

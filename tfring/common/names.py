@@ -3,6 +3,7 @@ JAX's traced calls) and for the Keras reducer's stall labels: an unnamed collect
 counted by the core per (kind, process set, scope) and restarted by it on every member at init, shutdown, a completed
 join on the set and the set's removal; a call of several tensors negotiates "<base>_<i>of<n>" for each."""
 import ctypes
+import functools
 
 from tfring.common import library
 
@@ -40,8 +41,13 @@ def tensor_names(base, count):
     Returns:
         list of str
     """
+    return list(_tensor_names(base, count))
+
+
+@functools.lru_cache(maxsize=4096)  # the Keras reducer labels its groups at every step: the same few names
+def _tensor_names(base, count):
     size = len(base.encode()) * count + 16 * count + 1
     out = ctypes.create_string_buffer(size)
     if library.core().tfring_tensor_names(base.encode(), int(count), out, size) < 0:
         raise ValueError("tfring: cannot name %d tensors after %r" % (count, base))
-    return out.value.decode().split("\n")
+    return tuple(out.value.decode().split("\n"))

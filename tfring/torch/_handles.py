@@ -82,12 +82,12 @@ def synchronize(handle):
 
 
 def _reset():
-    """Forgets every handle and restarts the names of unnamed collectives (init after shutdown)."""
+    """Forgets every handle (init after shutdown; the core restarts the names of unnamed collectives itself)."""
     _handle_map.clear()
     C.reset()
 
 
-_basics._shutdown_hooks.append(_reset)  # any shutdown (an elastic reset too) starts the names afresh
+_basics._shutdown_hooks.append(_reset)  # any shutdown (an elastic reset too) forgets the handles
 
 
 def name_arg(name):
