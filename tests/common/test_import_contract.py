@@ -109,9 +109,10 @@ GRAPH = {m: imports(m) for m in MODULES}
 
 def test_the_scan_sees_the_package():
     # Guards the check itself: it must find the layers and the imports it judges.
-    assert {"tfring.common.basics", "tfring.tensorflow.ops", "tfring.torch.mpi_ops", "tfring.runner"} <= set(MODULES)
+    assert {"tfring.common.basics", "tfring.tensorflow.mpi_ops", "tfring.torch.mpi_ops",
+            "tfring.runner"} <= set(MODULES)
     assert "tfring.common.basics" in GRAPH["tfring.tensorflow"][0]
-    assert "tensorflow" in GRAPH["tfring.tensorflow.ops"][1]
+    assert "tensorflow" in GRAPH["tfring.tensorflow.mpi_ops"][1]
     assert "torch" in GRAPH["tfring.torch._handles"][1]
 
 
@@ -237,7 +238,7 @@ print(json.dumps(failed))
 def test_every_module_imports_first_alone():
     import json
     targets = _importable_alone()
-    assert "tfring.tensorflow.ops" in targets or not _installed("tensorflow"), targets
+    assert "tfring.tensorflow.mpi_ops" in targets or not _installed("tensorflow"), targets
     preload = [f for f in ("tensorflow", "keras", "torch") if _installed(f)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(
         [_tested_path()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
@@ -310,3 +311,32 @@ def test_every_package_directory_has_an_init():
     missing = [os.path.relpath(d, ROOT) for d, _, files in os.walk(PACKAGE)
                if any(f.endswith(".py") for f in files) and "__init__.py" not in files]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("binding", ["tensorflow", "torch", "mxnet", "jax"])
+def test_every_binding_has_one_module_shape(binding):
+    # docs/architecture.md "Layers": a reader who knows one binding finds the same collective in the same file of
+    # the others, and a binding's siblings reach its door to the core through _handles' public names only.
+    shape = {"_handles", "_reduce", "_gather", "_reducescatter", "mpi_ops", "functions", "compression", "optimizer"}
+    if binding == "tensorflow":
+        shape -= {"optimizer"}  # compat_optimizer (TF1's and tf_keras' wrapper); Keras 3's is tfring.keras'
+    present = {f[:-3] for f in os.listdir(os.path.join(PACKAGE, binding)) if f.endswith(".py")}
+    assert shape <= present, sorted(shape - present)
+    collectives = {"_reduce": ["allreduce", "grouped_allreduce"], "_gather": ["allgather", "broadcast", "alltoall"],
+                   "_reducescatter": ["reducescatter", "grouped_reducescatter"]}
+    for module, functions in collectives.items():
+        tree = ast.parse(open(os.path.join(PACKAGE, binding, module + ".py")).read())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert set(functions) <= defined, (binding, module, sorted(set(functions) - defined))
+    for module in present - {"_handles"}:
+        tree = ast.parse(open(os.path.join(PACKAGE, binding, module + ".py")).read())
+        private = [(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                   and (n.module or "").startswith("tfring.") for a in n.names
+                   if a.name.startswith("_") and not a.name.startswith("__")
+                   and not _is_module(n.module + "." + a.name)]  # `from tfring.x import _m`: a module is fine
+        assert not private, (binding, module, private)
+
+
+def _is_module(dotted):
+    path = os.path.join(ROOT, *dotted.split("."))
+    return os.path.exists(path + ".py") or os.path.isdir(path)

@@ -151,7 +151,7 @@ def test_a_rank_that_traced_before_names_its_collectives_alike():
 def test_a_new_trace_never_continues_a_freed_traces_count():
     # Counted by id(trace), a trace allocated where a freed one lived continued its count on one rank only
     # (CI: rank 0 named 'allreduce.noname.2', the others '.1', and the step stalled).
-    from tfring.jax import _ffi
+    from tfring.jax import _handles as _ffi
 
     class Trace:
         parent_trace = None

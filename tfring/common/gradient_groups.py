@@ -3,7 +3,7 @@ reduces over a process set at all, Horovod's `groups` / `num_groups` arguments, 
 split a gradient list into. The TensorFlow tape and the Keras optimizer on every backend share it."""
 import warnings
 
-from tfring.common.process_sets import _is_global, process_set_size
+from tfring.common.process_sets import is_global, process_set_size
 
 
 def communicates(process_set):
@@ -21,7 +21,7 @@ def communicates(process_set):
     """
     if process_set_size(process_set) <= 1:
         return False
-    if _is_global(process_set):
+    if is_global(process_set):
         return True
     included = process_set.included()
     return bool(process_set.rank() >= 0 if included is None else included)

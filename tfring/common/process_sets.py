@@ -157,7 +157,7 @@ def process_set_of(process_set_id):
     return global_process_set if process_set_id == 0 else _temp_process_set_object(process_set_id)
 
 
-def _is_global(process_set):
+def is_global(process_set):
     """Whether `process_set=` means every rank (None, or the global set's id 0)."""
     if type(process_set) is int and process_set != 0:
         raise ValueError("process_set=%r: pass a tfring.ProcessSet object (ids other than 0 have no size here)"
@@ -177,7 +177,7 @@ def process_set_size(process_set):
     Raises:
         ValueError: the set is not registered, or is given by another id than 0.
     """
-    if _is_global(process_set):
+    if is_global(process_set):
         return topology.size()
     n = process_set.size()
     if n is None:
@@ -195,7 +195,7 @@ def process_set_rank(process_set):
     Returns:
         int: the rank in the set (-1 outside it; None if it is not registered); the global rank for all ranks.
     """
-    if _is_global(process_set):
+    if is_global(process_set):
         return topology.rank()
     return process_set.rank()
 

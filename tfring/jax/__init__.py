@@ -19,10 +19,8 @@ from tfring.common.errors import HorovodInternalError  # noqa: F401
 from tfring.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                         remove_process_set)
 from tfring.common.reduce_ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
-from tfring.jax import _ffi
-from tfring.jax._collectives import allgather, allreduce, grouped_allgather, grouped_allreduce  # noqa: F401
-from tfring.jax._scatter import (alltoall, broadcast, grouped_broadcast, grouped_reducescatter,  # noqa: F401
-                                 reducescatter)
+from tfring.jax.mpi_ops import (allgather, allreduce, alltoall, barrier, broadcast, grouped_allgather,  # noqa: F401
+                                grouped_allreduce, grouped_broadcast, grouped_reducescatter, join, reducescatter)
 from tfring.jax.compression import Compression  # noqa: F401
 from tfring.jax.functions import allgather_object, broadcast_object, broadcast_parameters  # noqa: F401
 from tfring.jax.optimizer import DistributedOptimizer, allreduce_gradients  # noqa: F401
@@ -54,26 +52,3 @@ def init(comm=None, process_sets=None):
         import atexit
         atexit.register(_wait_for_dispatched_work_at_exit)
         _exit_wait_registered = True
-
-
-def barrier(process_set=global_process_set):
-    """Blocks until every rank of the set has called it (eager only).
-
-    Args:
-        process_set: the `tfring.ProcessSet` (default: all ranks).
-    """
-    _ffi.control(_ffi._BARRIER, _ffi.set_id("barrier", process_set))
-
-
-def join(process_set=global_process_set):
-    """This rank is out of data: until every rank of the set joined, it takes part in the others' allreduces
-    with zeros (Average divides by the whole set, as Horovod). Eager only.
-
-    Args:
-        process_set: the `tfring.ProcessSet` to join (default: all ranks).
-
-    Returns:
-        int: the global rank that joined last, the same on every rank.
-    """
-    pid = _ffi.set_id("join", process_set)
-    return _ffi.control(_ffi._JOIN, pid)  # the core restarts the set's unnamed counts on every member

@@ -9,8 +9,7 @@ import numpy as np
 from tfring.common import object_collectives
 from tfring.common import topology
 from tfring.common.process_sets import global_process_set
-from tfring.jax._collectives import allgather
-from tfring.jax._scatter import broadcast, grouped_broadcast
+from tfring.jax._gather import allgather, broadcast, grouped_broadcast
 
 
 def broadcast_parameters(params, root_rank=0, name=None, process_set=global_process_set):

@@ -9,7 +9,7 @@ import optax
 
 from tfring.common.process_sets import global_process_set
 from tfring.common.reduce_ops import Adasum, Average, Sum, resolve_op
-from tfring.jax._collectives import grouped_allreduce
+from tfring.jax._reduce import grouped_allreduce
 from tfring.jax.compression import Compression, checked
 
 

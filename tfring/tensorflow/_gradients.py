@@ -6,8 +6,8 @@ import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 
 from tfring.common.basics import rank
-from tfring.tensorflow.ops import (_OP_NAMES, Average, Max, Min, Sum, _normalize_name, _ops, _set_rank,  # noqa: F401
-                                   _set_size)
+from tfring.common.reduce_ops import NAMES as OP_NAMES, Average, Max, Min, Sum
+from tfring.tensorflow._handles import normalize_name, ops, set_rank, set_size
 
 
 def _grad_name(op, suffix="grad"):
@@ -16,7 +16,7 @@ def _grad_name(op, suffix="grad"):
         return {}
     # Tape gradients inside tf.function get a mock op without a name; its output tensor has one.
     base = getattr(op, "name", None) or op.outputs[0].name
-    return {"name": "%s_%s" % (_normalize_name(base), suffix)}
+    return {"name": "%s_%s" % (normalize_name(base), suffix)}
 
 
 def _scales(op):
@@ -36,13 +36,13 @@ def _reduce_grad(op, grads):
     pre, post = _scales(op)
     attrs = _attrs(op)
     if reduce_op in (Sum, Average):
-        return None, lambda gs, names: _ops().horovod_grouped_allreduce(
+        return None, lambda gs, names: ops().horovod_grouped_allreduce(
             gs, reduce_op=reduce_op, prescale_factor=pre, postscale_factor=post, **attrs, **names)
     if reduce_op in (Min, Max):
-        return reduce_op, lambda gs, names: _ops().horovod_grouped_allreduce(
+        return reduce_op, lambda gs, names: ops().horovod_grouped_allreduce(
             gs, reduce_op=Sum, prescale_factor=1.0, postscale_factor=1.0, **attrs, **names)
     raise NotImplementedError("tfring: the gradient of allreduce with op=%s is not implemented"
-                              % _OP_NAMES.get(reduce_op, reduce_op))
+                              % OP_NAMES.get(reduce_op, reduce_op))
 
 
 @tf_ops.RegisterGradient("HorovodAllreduce")
@@ -64,11 +64,11 @@ def _gather_grads(op, grads):
     out = []
     for i, (x, grad) in enumerate(zip(op.inputs, grads)):
         grad = tf.zeros_like(op.outputs[i]) if grad is None else grad
-        grad = _ops().horovod_allreduce(grad, reduce_op=Average, prescale_factor=1.0, postscale_factor=1.0,
+        grad = ops().horovod_allreduce(grad, reduce_op=Average, prescale_factor=1.0, postscale_factor=1.0,
                                         **attrs, **_grad_name(op, "grad_%d" % i))
         rows = tf.shape(x)[:1] if x.shape.rank != 0 else tf.ones([1], tf.int32)
-        all_rows = _ops().horovod_allgather(rows, **attrs, **_grad_name(op, "grad_rows_%d" % i))
-        me = _set_rank(pid)
+        all_rows = ops().horovod_allgather(rows, **attrs, **_grad_name(op, "grad_rows_%d" % i))
+        me = set_rank(pid)
         offset = tf.reduce_sum(all_rows[:me])
         out.append(tf.reshape(grad[offset:offset + all_rows[me]], tf.shape(x)))
     return out
@@ -87,7 +87,7 @@ def _grouped_allgather_grad(op, *grads):
 @tf_ops.RegisterGradient("HorovodBroadcast")
 def _broadcast_grad(op, grad):
     """y = x_root on every rank: the root's x gets the grads averaged over the set's ranks (Horovod), others 0."""
-    reduced = _ops().horovod_allreduce(grad, reduce_op=Average, prescale_factor=1.0, postscale_factor=1.0,
+    reduced = ops().horovod_allreduce(grad, reduce_op=Average, prescale_factor=1.0, postscale_factor=1.0,
                                        **_attrs(op), **_grad_name(op))
     if rank() != op.get_attr("root_rank"):  # root_rank is a global rank, also in a process set
         return reduced * 0  # not zeros_like: a constant would let graph mode prune the allreduce (a hang)
@@ -96,7 +96,7 @@ def _broadcast_grad(op, grad):
 
 @tf_ops.RegisterGradient("HorovodAlltoall")
 def _alltoall_grad(op, grad, grad_splits=None):
-    back, _ = _ops().horovod_alltoall(grad, op.outputs[1], **_attrs(op), **_grad_name(op))
+    back, _ = ops().horovod_alltoall(grad, op.outputs[1], **_attrs(op), **_grad_name(op))
     return back, None
 
 
@@ -108,8 +108,8 @@ def _scatter_grad(op, grad, i=0):
         raise NotImplementedError("tfring: the gradient of reducescatter is only implemented for Sum and Average")
     attrs = _attrs(op)
     pre, post = _scales(op)
-    scale = pre * post * (_set_size(attrs["process_set_id"]) if reduce_op == Sum else 1)
-    gathered = _ops().horovod_allgather(grad, **attrs, **_grad_name(op, "grad_%d" % i))
+    scale = pre * post * (set_size(attrs["process_set_id"]) if reduce_op == Sum else 1)
+    gathered = ops().horovod_allgather(grad, **attrs, **_grad_name(op, "grad_%d" % i))
     return gathered * tf.cast(scale, gathered.dtype) if scale != 1.0 else gathered
 
 

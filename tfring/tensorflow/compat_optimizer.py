@@ -4,7 +4,7 @@ tfring.keras.DistributedOptimizer."""
 import tensorflow as tf
 
 from tfring.tensorflow.compression import Compression
-from tfring.tensorflow.ops import Average
+from tfring.common.reduce_ops import Average
 from tfring.tensorflow.tape import GradientReducer
 
 WHO = "tfring.DistributedOptimizer"

@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from tfring.common import object_collectives
 from tfring.common.basics import rank
-from tfring.common.process_sets import _is_global, process_set_rank, process_set_size  # noqa: F401
-from tfring.tensorflow.ops import _normalize_name, allgather, broadcast
+from tfring.tensorflow._gather import allgather, broadcast
+from tfring.tensorflow._handles import normalize_name
 
 
 def broadcast_variables(variables, root_rank, process_set=None, inplace=False):
@@ -32,13 +32,13 @@ def broadcast_variables(variables, root_rank, process_set=None, inplace=False):
         # One tf.function so all broadcasts are in flight together (one negotiation, not one per variable).
         _broadcast_group(variables, root_rank, process_set)
     else:
-        return tf.group(*[v.assign(broadcast(v, root_rank, name="bcast_" + _normalize_name(v.name),
+        return tf.group(*[v.assign(broadcast(v, root_rank, name="bcast_" + normalize_name(v.name),
                                              process_set=process_set))
                           for v in variables])
 
 
 def _broadcast_group(variables, root_rank, process_set, name="bcast"):
-    names = ["%s_%d_%s" % (name, i, _normalize_name(v.name)) for i, v in enumerate(variables)]
+    names = ["%s_%d_%s" % (name, i, normalize_name(v.name)) for i, v in enumerate(variables)]
 
     @tf.function(autograph=False)
     def run():
@@ -71,12 +71,12 @@ def broadcast_(variables, root_rank, name=None, process_set=None):
         if not hasattr(v, "assign"):
             raise TypeError("tfring.broadcast_: variables must be tf.Variable / keras.Variable objects, got %r"
                             % (v,))
-    prefix = _normalize_name(name) if name else "broadcast_inplace"
+    prefix = normalize_name(name) if name else "broadcast_inplace"
     if tf.executing_eagerly():
         return _broadcast_group(variables, root_rank, process_set, name=prefix)
     values = []
     for i, v in enumerate(variables):
-        assign = v.assign(broadcast(v, root_rank, name="%s_%d_%s" % (prefix, i, _normalize_name(v.name)),
+        assign = v.assign(broadcast(v, root_rank, name="%s_%d_%s" % (prefix, i, normalize_name(v.name)),
                                     process_set=process_set))
         with tf.control_dependencies([assign]):
             values.append(tf.identity(tf.convert_to_tensor(v)))

@@ -7,7 +7,8 @@ import tensorflow as tf
 from tfring.tensorflow.compression import Compression
 from tfring.common import gradient_reducer
 from tfring.common.overlap import overlap_gradients
-from tfring.tensorflow.ops import Average, allreduce, grouped_allreduce
+from tfring.common.reduce_ops import Average
+from tfring.tensorflow._reduce import allreduce, grouped_allreduce
 from tfring.tensorflow import _labels
 
 

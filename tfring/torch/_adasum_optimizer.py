@@ -13,7 +13,7 @@ from tfring.common.reduce_ops import check_adasum
 from tfring.torch.mpi_ops import Adasum, allreduce_async_, synchronize
 
 
-class _DistributedAdasumOptimizer:
+class DistributedAdasumOptimizer:
     """Mixed in front of the wrapped optimizer's class by `DistributedOptimizer(op=Adasum)`."""
 
     def _tfring_adasum_init(self, parameter_names, compression, backward_passes_per_step, process_set):

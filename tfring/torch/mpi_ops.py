@@ -1,8 +1,8 @@
 """tfring.torch's collectives and runtime control under Horovod's module name (`horovod.torch.mpi_ops`).
 
-The collectives live in `_reduce` (allreduce, reducescatter) and `_gather` (allgather, broadcast, alltoall);
-handles, `poll` and `synchronize` in `_handles`. Every function here runs on the runtime the TensorFlow binding
-uses too (one per process).
+The collectives live in `_reduce` (allreduce), `_gather` (allgather, broadcast, alltoall) and `_reducescatter`
+(with the sparse allreduce); the extension, handles, `poll` and `synchronize` in `_handles` (the same split as every
+binding's). Every function here runs on the runtime the TensorFlow binding uses too (one per process).
 """
 # init/shutdown are tfring.common.basics' own: every shutdown (an elastic reset too) clears this binding's handles and
 # restarts its names through basics' shutdown hook (tfring/torch/_handles.py).

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import torch
 
-from tfring.torch._adasum_optimizer import _DistributedAdasumOptimizer
+from tfring.torch._adasum_optimizer import DistributedAdasumOptimizer
 from tfring.torch.compression import Compression
 from tfring.torch.mpi_ops import (Adasum, Average, Sum, allreduce_async_, global_process_set, grouped_allreduce_async_,
                                   size, sparse_allreduce_async, synchronize)
@@ -352,7 +352,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             Average, or an optimizer that is already distributed.
         NotImplementedError: op=Adasum over a number of ranks that is not a power of two.
     """
-    if isinstance(optimizer, (_DistributedOptimizer, _DistributedAdasumOptimizer)):
+    if isinstance(optimizer, (_DistributedOptimizer, DistributedAdasumOptimizer)):
         raise ValueError("DistributedOptimizer: the optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError("DistributedOptimizer: expected a torch.optim.Optimizer, got %s" % type(optimizer).__name__)
@@ -369,7 +369,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("backward_passes_per_step must be > 0")
     process_set = global_process_set if process_set is None else process_set
     base = type(optimizer)
-    mixin = _DistributedAdasumOptimizer if op == Adasum else _DistributedOptimizer
+    mixin = DistributedAdasumOptimizer if op == Adasum else _DistributedOptimizer
     cls = type(base.__name__, (mixin, base), {"__module__": __name__})
     distributed = cls.__new__(cls)
     # Share the wrapped optimizer's attributes (param_groups, state, defaults, hooks) instead of running its

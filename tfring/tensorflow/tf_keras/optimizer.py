@@ -9,7 +9,7 @@ import tf_keras
 from tfring.tensorflow.compression import Compression
 from tfring.tensorflow.tf_keras.aggregation import GradientAggregator, check_passes
 from tfring.common.optimizer_delegation import InnerOptimizerDelegation
-from tfring.tensorflow.ops import Average, Sum
+from tfring.common.reduce_ops import Average, Sum
 from tfring.tensorflow.tape import GradientReducer
 
 WHO = "tfring.keras.DistributedOptimizer (tf_keras)"

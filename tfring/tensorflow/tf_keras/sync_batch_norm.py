@@ -5,7 +5,8 @@ import tf_keras
 
 from tfring.common.process_sets import process_set_rank, process_set_size
 from tfring.common.sync_batch_norm import check_options
-from tfring.tensorflow.ops import Sum, allgather, allreduce
+from tfring.common.reduce_ops import Sum
+from tfring.tensorflow.mpi_ops import allgather, allreduce
 
 
 def global_moments(x, axes, weights=None, keepdims=False, process_set=None):

@@ -1,4 +1,4 @@
-"""horovod.tensorflow.mpi_ops -> tfring.tensorflow.ops (then tfring). `_basics` (Horovod's HorovodBasics object)
+"""horovod.tensorflow.mpi_ops -> tfring.tensorflow.mpi_ops (then tfring). `_basics` (Horovod's HorovodBasics object)
 forwards to
 tfring.common.basics, tfring.common.process_sets, tfring."""
 import types
@@ -8,4 +8,4 @@ from horovod._alias import forward
 _basics = types.ModuleType("horovod.tensorflow.mpi_ops._basics")
 forward(vars(_basics), "tfring.common.basics", "tfring.common.process_sets", "tfring")
 
-forward(globals(), "tfring.tensorflow.ops", "tfring")
+forward(globals(), "tfring.tensorflow.mpi_ops", "tfring")

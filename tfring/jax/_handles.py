@@ -1,7 +1,14 @@
-"""Loads tfring's XLA FFI handlers, registers them with JAX, and calls them (eagerly or inside jax.jit).
+"""tfring.jax's door to the core: loads tfring's XLA FFI handlers, registers them with JAX and calls them
+(eagerly or inside jax.jit); names unnamed collectives, checks arrays and maps the core's errors for the
+collective modules (_reduce, _gather, _reducescatter).
 
 Every call has a side effect for XLA (`has_side_effect=True`): a collective whose result is unused still runs,
 and two identical ones are never merged into one, so every rank submits the same collectives.
+
+Shapes inside jax.jit are fixed when the program is traced, so a collective whose output size depends on other
+ranks (allgather with different first dimensions, alltoall with splits) needs those sizes then: eagerly they are
+exchanged first; inside jax.jit pass them (`sizes=`, `received_splits=`), else every rank is assumed to send as
+many rows as this one (a mismatch is an error on the rank that sees it, never a wrong answer).
 """
 import ctypes
 import hashlib
@@ -10,18 +17,20 @@ import threading
 import weakref
 
 import jax
+import jax._src.core as jax_core
 import jax._src.effects as jax_effects
 import jax._src.ffi as jax_ffi_internal
+import jax.numpy as jnp
 import numpy as np
 
 from tfring.common import library as _lib
-from tfring.common import names
-from tfring.common.errors import status_error
+from tfring.common import names as core_names
+from tfring.common.errors import HorovodInternalError, status_error
 from tfring.common import topology
-from tfring.common.process_sets import global_process_set, process_set_id_of, process_set_of
+from tfring.common.process_sets import global_process_set, process_set_id_of, process_set_of, process_set_rank
 
 _TARGETS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
-_JOIN, _BARRIER = 5, 6
+JOIN, BARRIER = 5, 6  # the core's control ops
 
 
 def _load():
@@ -66,7 +75,7 @@ def _scope(trace):
         token = _scopes.get(root)
         if token is None:
             token = _scopes[root] = "trace.%d" % next(_serial)
-            weakref.finalize(root, names.release_scope, token).atexit = False
+            weakref.finalize(root, core_names.release_scope, token).atexit = False
     return token
 
 
@@ -75,7 +84,7 @@ def auto_name(kind, process_set_id, trace, signature):
     (tfring.common.names) counted in the trace's scope (see root_trace), so every rank that traces the same function
     names alike, however often it traced it before. The core restarts the counts at every init."""
     digest = hashlib.sha1(signature.encode()).hexdigest()[:8]
-    return "%s.%s" % (names.unnamed(kind, process_set_id, _scope(trace)), digest)
+    return "%s.%s" % (core_names.unnamed(kind, process_set_id, _scope(trace)), digest)
 
 
 def set_id(fn, process_set):
@@ -100,6 +109,53 @@ def call(kind, operands, results, **attrs):
                           input_output_aliases=aliases)
     out = fn(*operands, **typed)
     return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def tracing(*arrays):
+    """Whether a trace is active (jax.jit, grad, vmap; also for concrete arrays a traced function closes over):
+    sizes must then be static, and the call is part of a compiled program."""
+    return not jax_core.trace_state_clean() or any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+def names(kind, name, pid, arrays):
+    if name is not None:
+        return str(name)
+    # Eager calls block until done, so one name per kind is reused (each distinct name compiles a program).
+    if not tracing(*arrays):
+        return "%s.noname.eager" % kind
+    # Numbered within the trace that contains the call (a rank that traces again, e.g. for a smaller last
+    # batch, numbers alike), plus the operands' signature.
+    sig = ",".join("%s%s" % (a.dtype, tuple(a.shape)) for a in arrays)
+    return auto_name(kind, pid, jax_core.trace_ctx.trace, sig)
+
+
+def check_array(fn, x, arg="tensor"):
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TypeError("tfring.jax.%s: %s must be a JAX array, got %s" % (fn, arg, type(x).__name__))
+    return jnp.asarray(x)
+
+
+def finish(thunk, arrays):
+    """Eager calls return when done (their name free again), raising the error types of tfring's other bindings:
+    ValueError for an argument every rank sees is wrong, HorovodInternalError when a worker failed (elastic
+    jobs roll back on it), RuntimeError for the rest. Inside jax.jit, errors surface as JaxRuntimeError."""
+    if tracing(*arrays):
+        return thunk()
+    try:
+        return jax.block_until_ready(thunk())
+    except jax.errors.JaxRuntimeError as e:
+        text = str(e)
+        kind = ValueError if text.startswith("INVALID_ARGUMENT") else \
+            HorovodInternalError if text.startswith("ABORTED") else RuntimeError
+        raise kind(text.split(": ", 1)[-1]) from e
+
+
+def set_rank(pid):
+    return process_set_rank(global_process_set if pid == 0 else process_set_of(pid))
+
+
+def rows(d0, n):
+    return [d0 // n + (1 if i < d0 % n else 0) for i in range(n)]
 
 
 def control(op, process_set_id):

@@ -1,0 +1,73 @@
+"""tfring.tensorflow's reducescatter and grouped_reducescatter (Horovod's signatures)."""
+import tensorflow as tf
+
+from tfring.common.reduce_ops import Average, check_op
+from tfring.tensorflow import _handles as _h
+
+
+def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces over the ranks, then rank i of the set keeps the i-th block of dimension 0.
+
+    The first `dim0 % size` ranks get one row more than the others.
+
+    Args:
+        tensor: a tensor of a numeric dtype, at least 1-D, of the same shape on every rank.
+        op: `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
+
+    Returns:
+        A tensor: this rank's block of the reduced tensor.
+
+    Raises:
+        ValueError: `op` is unknown, or `process_set` is not registered; tfring is not initialized.
+        TypeError: the dtype is not supported.
+        tf.errors.InvalidArgumentError: `tensor` is a scalar.
+    """
+    pid = _h.set_id("reducescatter", process_set)
+    check_op("reducescatter", op, adasum=False)
+    tensor = tf.convert_to_tensor(tensor)
+    _h.check_dtype("reducescatter", tensor, _h.NUMERIC)
+    return _h.ops().horovod_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
+                                        postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
+                                        process_set_id=pid, **_h.names("HorovodReducescatter", tensor, name))
+
+
+def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, ignore_name_scope=False,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """`reducescatter` of a list of tensors in one negotiation (one op when they share a dtype).
+
+    Args:
+        tensors: a list of tensors of numeric dtypes.
+        op: `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
+
+    Returns:
+        list: this rank's blocks, in the order of `tensors`.
+
+    Raises:
+        ValueError: `op` is unknown, or `process_set` is not registered; tfring is not initialized.
+        TypeError: a dtype is not supported.
+    """
+    pid = _h.set_id("grouped_reducescatter", process_set)
+    check_op("grouped_reducescatter", op, adasum=False)
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    for t in tensors:
+        _h.check_dtype("grouped_reducescatter", t, _h.NUMERIC)
+    if len({t.dtype for t in tensors}) > 1:
+        return [reducescatter(t, op=op, name=None if name is None else "%s_%d" % (name, i),
+                              prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                              ignore_name_scope=ignore_name_scope, process_set=process_set)
+                for i, t in enumerate(tensors)]
+    return _h.ops().horovod_grouped_reducescatter(tensors, reduce_op=op, prescale_factor=prescale_factor,
+                                                postscale_factor=postscale_factor,
+                                                ignore_name_scope=ignore_name_scope, process_set_id=pid,
+                                                **_h.names("HorovodGroupedReducescatter", tensors[0], name))
