@@ -1,5 +1,6 @@
 // The monitor with ranks as threads: waiting time is the union of a rank's waiting intervals, and rank 0 names
 // the rank that waited least (it arrived last) only when that persists beyond the threshold.
+#include <chrono>
 #include <thread>
 
 #include "../../tfring/cc/common/monitor.h"
@@ -87,6 +88,39 @@ TEST(MonitorNamesAStragglerWhenRoundsHoldManySteps) {
   // Fast steps: 12 a round, more than half the 20-step evidence; the verdict still sees its 3 rounds.
   auto s = Rounds(2, 4, 12, [](int r, int) { return r == 1 ? 0.0 : 0.02; });
   EXPECT(s[0].find("\"straggler\":{\"rank\":1,\"waited_ms_per_step\":20.000") != std::string::npos);
+}
+
+TEST(MonitorLeavesTheFirstStepOutOfTheEvidence) {
+  // Round 0 holds the first step: every rank waits 2 s for rank 0, which traced and compiled slowest. Then rank 1
+  // straggles by 50 ms a step. Counted, the first round would make rank 0 the one that arrived last for 20 steps.
+  auto s = Rounds(3, 4, 5, [](int r, int k) { return k == 0 ? (r == 0 ? 0.0 : 0.4) : (r == 1 ? 0.001 : 0.051); });
+  for (const auto& summary : s)
+    EXPECT(summary.find("\"straggler\":{\"rank\":1,\"waited_ms_per_step\":50.000") != std::string::npos);
+}
+
+TEST(MonitorLeavesOneRecompileRoundOutButNotASlowdownThatStays) {
+  // Rank 1 straggles by 50 ms a step throughout; in round 4 rank 0 recompiles: the others wait 0.4 s a step for it
+  // and the round's steps take 0.25 s, far over the median. Counted, it would turn the verdict to nobody.
+  const int n = 2;
+  auto round = [n](Monitor& m, Transport& t, int r, int k, double late0, double sleep) {
+    const double at = 1000.0 * k;
+    for (int step = 0; step < 2; ++step) {
+      m.OnWait(at + step + 0.5 - (r == 1 ? late0 : 0.051), at + step + 0.5);
+      m.OnExecuted({"g"}, OpType::ALLREDUCE, 4000, n, 0.001);
+      m.MarkStep();
+    }
+    if (sleep > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep));
+    m.Round(t, false);
+  };
+  auto once = OnRanks(n, [&](Monitor& m, Transport& t, int r) {
+    for (int k = 0; k < 8; ++k) round(m, t, r, k, k == 4 ? 0.4 : 0.001, k == 4 ? 0.5 : 0);
+  });
+  EXPECT(once[0].find("\"straggler\":{\"rank\":1,\"waited_ms_per_step\":50.000") != std::string::npos);
+  // Rank 0 slow for good from round 4 on: judged from the round after the first long one (never two left out).
+  auto stays = OnRanks(n, [&](Monitor& m, Transport& t, int r) {
+    for (int k = 0; k < 8; ++k) round(m, t, r, k, k >= 4 ? 0.4 : 0.001, k >= 4 ? 0.5 : 0);
+  });
+  EXPECT(stays[0].find("\"straggler\":{\"rank\":0,") != std::string::npos);
 }
 
 TEST(MonitorSummaryStaysValidJsonWithoutSteps) {

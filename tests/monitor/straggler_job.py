@@ -80,13 +80,8 @@ def straggle(framework, slow_rank=-1, sleep=0.05, steps=40, mark=False):
     """Trains `steps` steps with `slow_rank` sleeping `sleep` s in each (tfring initialized already); returns
     {rank, named_at, named, seconds, metrics}."""
     hvd, step = STEPS[framework]()
-    # One step before the count: it traces/compiles the step function, which takes each rank a different time
-    # (seconds on a slow 2-core machine at np=3) and is not straggling. Steps are counted from the first compiled one.
-    # With `mark`, it is marked too: a monitor round that falls between it and the first mark would otherwise count
-    # it from its collectives (the count without marks), so the total would depend on the rounds' timing.
-    step()
-    if mark:
-        hvd.mark_step()
+    # No warm-up step: the first step traces/compiles the step function, which takes each rank a different time
+    # (seconds on a slow 2-core machine at np=3) and is not straggling; the monitor leaves it out of the evidence.
     named_at, named = None, None
     start = time.perf_counter()
     for i in range(steps):

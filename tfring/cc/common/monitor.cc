@@ -51,9 +51,12 @@ bool Monitor::Configure(const MonitorOptions& options, int rank, int size, Timel
   covered_until_ = 0;
   history_.clear();
   pending_ = Record();
+  warm_ = dropped_last_ = false;  // a new job (an elastic reset too) traces and compiles again
+  recent_.clear();
   last_warned_.assign(size, -1e300);
   totals_.assign(size, Row());
-  total_steps_ = 0, straggler_ = slowest_ = -1, rounds_ = 0;
+  total_steps_ = inferred_steps_ = 0, straggler_ = slowest_ = -1, rounds_ = 0;
+  marked_ever_ = false;
   last_written_ = -1e300;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -91,10 +94,11 @@ void Monitor::OnExecuted(const std::vector<std::string>& names, OpType op, int64
       if (window_.names.size() < kMaxNames || window_.names.count(n)) ++window_.names[n];
 }
 
-double Monitor::Steps() const {
+double Monitor::Steps(bool* marked_window) const {
   // Explicit marks if the framework makes them, else how often the most frequent collective ran (each gradient
   // is reduced once per step).
   const int64_t marked = marks_ - window_.marks_at_start;
+  if (marked_window) *marked_window = marked > 0;
   if (marked > 0) return static_cast<double>(marked);
   int64_t most = 0;
   for (const auto& kv : window_.names) most = std::max(most, kv.second);
@@ -115,7 +119,7 @@ bool Monitor::WantRound() {
 std::string Monitor::Encode(int64_t sync_us) {
   Writer w;
   w.Put<int64_t>(sync_us);
-  w.Put<double>(Steps());
+  w.Put<double>(Steps(&encoded_marked_));
   w.Put<double>(Now() - window_.start);
   w.Put<double>(window_.wait);
   w.Put<double>(window_.transfer);
@@ -150,14 +154,35 @@ void Monitor::Collect(const std::vector<std::string>& all, std::vector<Row>* row
   }
 }
 
+bool Monitor::IsWarmUp(const Record& record) {
+  // The round that holds the first step waits for every rank's tracing and compiling, which takes each rank a
+  // different time and is not straggling (it would outweigh a real straggler's evidence for its first 20 steps).
+  if (!warm_) return warm_ = true;
+  // So does a later recompile: a round whose steps take far longer than the median of the last rounds (this one
+  // included, left out or not). Never two in a row, and a slowdown that stays moves the median: a rank that turns
+  // slow for good is judged at most a round later.
+  const double mine = record.wall / record.steps;
+  recent_.push_back(mine);
+  if (recent_.size() > 5) recent_.pop_front();
+  const bool was_dropped = dropped_last_;
+  dropped_last_ = false;
+  if (was_dropped || recent_.size() < 4) return false;
+  std::vector<double> sorted(recent_.begin(), recent_.end());
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  return dropped_last_ = mine > kRecompileFactor * median && mine - median > kRecompileSeconds;
+}
+
 void Monitor::Judge(const std::vector<Row>& rows, double steps, double wall) {
   pending_.wait.resize(rows.size(), 0);
   for (size_t r = 0; r < rows.size(); ++r) pending_.wait[r] += rows[r].wait;
   pending_.wall += wall;
   if (steps <= 0) return;  // a round inside a long step: its waiting counts with the next step
   pending_.steps = steps;
-  history_.push_back(pending_);
+  const Record record = pending_;
   pending_ = Record();
+  if (IsWarmUp(record)) return;
+  history_.push_back(record);
   double total = 0;
   for (const Record& h : history_) total += h.steps;
   // The evidence: the last straggler_steps steps, but never fewer than the 3 rounds a verdict needs.
@@ -244,6 +269,10 @@ Status Monitor::Round(Transport& transport, bool last) {
     double steps = 0, wall = 0;
     Collect(all, &rows, &steps, &wall);
     ++rounds_;
+    // A job that marks steps has its steps counted by marks only: the steps inferred from collectives before its
+    // first mark (a round inside the first step) are taken back.
+    if (encoded_marked_ && !marked_ever_) total_steps_ -= inferred_steps_, marked_ever_ = true;
+    if (!encoded_marked_) inferred_steps_ += steps;
     total_steps_ += steps;
     for (size_t r = 0; r < rows.size() && r < totals_.size(); ++r) {
       Row& t = totals_[r];

@@ -60,6 +60,9 @@ class Monitor {
   static constexpr int kRoundSteps = 4;         // rank 0 asks for a round every this many of its steps
   static constexpr size_t kMaxNames = 1 << 16;  // distinct names counted per window (unnamed ones are numbered)
   static constexpr size_t kMaxHistory = 1000;
+  // A round's step this much over the evidence's median, and by this many seconds (fast steps' walls are noisy):
+  // a recompile.
+  static constexpr double kRecompileFactor = 5, kRecompileSeconds = 0.2;
 
  private:
   struct Window {
@@ -75,7 +78,8 @@ class Monitor {
     double steps = 0, wall = 0;
     std::vector<double> wait;
   };
-  double Steps() const;
+  double Steps(bool* marked_window = nullptr) const;
+  bool IsWarmUp(const Record& record);  // rank 0: a round left out of the evidence (first step, recompile)
   std::string Encode(int64_t sync_us);
   void Collect(const std::vector<std::string>& all, std::vector<Row>* rows, double* steps, double* wall);
   void Judge(const std::vector<Row>& rows, double steps, double wall);
@@ -93,9 +97,12 @@ class Monitor {
   // Rank 0.
   std::deque<Record> history_;
   Record pending_;  // rounds without a step: their waiting joins the next round that has one
+  bool warm_ = false, dropped_last_ = false;
+  std::deque<double> recent_;  // the last rounds' seconds per step (IsWarmUp)
   std::vector<double> last_warned_;
   std::vector<Row> totals_;
-  double total_steps_ = 0;
+  double total_steps_ = 0, inferred_steps_ = 0;        // inferred: steps counted without a mark
+  bool encoded_marked_ = false, marked_ever_ = false;  // this rank's last window had marks; any had
   int straggler_ = -1;
   double straggler_ms_ = 0, evidence_steps_ = 0, slowest_ms_ = 0;
   int slowest_ = -1;
