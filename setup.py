@@ -207,18 +207,19 @@ def wanted(framework, module):
 
 
 _GPU_CODE = re.compile(r"TFRING_HAVE_NCCL|#include <(cuda|nccl)")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 def reads_gpu_macros(src, seen=None):
     """Whether a source, or a project header it includes (transitively), compiles differently in a GPU build.
     Only those get the GPU flags: every other object of a GPU build is the CPU build's, which the build directory
-    keeps (a CPU build then a GPU one recompiles 26 of today's 60 files)."""
+    keeps (16 of today's 64 files read them, 9 of those compiled in GPU builds only)."""
     seen = set() if seen is None else seen
     if src in seen:
         return False
     seen.add(src)
     with open(os.path.join(HERE, src)) as f:
-        text = f.read()
+        text = _COMMENT.sub("", f.read())  # a comment naming the macro changes nothing
     if _GPU_CODE.search(text):
         return True
     for name in re.findall(r'#include "([^"]+)"', text):

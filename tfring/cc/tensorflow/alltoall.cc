@@ -26,10 +26,8 @@ class AlltoallOp : public CollectiveKernel {
 };
 
 REGISTER_KERNEL_BUILDER(Name("HorovodAlltoall").Device(tfw::DEVICE_CPU), AlltoallOp);
-#ifdef TFRING_HAVE_NCCL  // the splits live in host memory on GPU too
-REGISTER_KERNEL_BUILDER(
-    Name("HorovodAlltoall").Device(tfw::DEVICE_GPU).HostMemory("splits").HostMemory("received_splits"), AlltoallOp);
-#endif
+// The splits live in host memory on GPU too.
+TFRING_REGISTER_GPU_KERNEL("HorovodAlltoall", AlltoallOp, "splits", "received_splits");
 
 }  // namespace tf
 }  // namespace tfring

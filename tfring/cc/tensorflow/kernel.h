@@ -1,7 +1,7 @@
 // The one base class of tfring's data-collective kernels: attrs every op has (process_set_id,
 // ignore_name_scope), one entry per input (grouped ops) completed together, enqueue on the op's process set.
 // A kernel names its collective and fills what is particular to it in Customize(); TFRING_REGISTER_KERNELS
-// registers it for every op name on CPU (and GPU in NCCL builds).
+// registers it for every op name on CPU (and GPU in NCCL builds, through gpu_kernels.cc).
 #pragma once
 #include <string>
 #include <vector>
@@ -41,16 +41,18 @@ class ReductionKernel : public CollectiveKernel {
   float prescale_ = 1.f, postscale_ = 1.f;
 };
 
+// GPU tensors stay on the GPU in NCCL builds: NCCL on the device, TF's stream never blocked. Registers `create` for
+// the op on GPU, `host_memory` args kept on the host (gpu_kernels.cc: NCCL builds only; otherwise returns false).
+bool RegisterGpuKernel(const char* op_name, tfw::OpKernel* (*create)(tfw::OpKernelConstruction*),
+                       std::vector<const char*> host_memory = {});
 }  // namespace tf
 }  // namespace tfring
 
-// GPU tensors stay on the GPU in NCCL builds: NCCL on the device, TF's stream never blocked.
-#ifdef TFRING_HAVE_NCCL
-#define TFRING_REGISTER_GPU_KERNEL(op_name, Kernel) \
-  REGISTER_KERNEL_BUILDER(Name(op_name).Device(::tensorflow::DEVICE_GPU), Kernel)
-#else
-#define TFRING_REGISTER_GPU_KERNEL(op_name, Kernel)
-#endif
+#define TFRING_CONCAT_(a, b) a##b
+#define TFRING_CONCAT(a, b) TFRING_CONCAT_(a, b)
+#define TFRING_REGISTER_GPU_KERNEL(op_name, Kernel, ...)                                                               \
+  [[maybe_unused]] static const bool TFRING_CONCAT(tfring_gpu_kernel_, __COUNTER__) = ::tfring::tf::RegisterGpuKernel( \
+      op_name, [](tfw::OpKernelConstruction* c) -> tfw::OpKernel* { return new Kernel(c); }, {__VA_ARGS__})
 #define TFRING_REGISTER_KERNELS(op_name, Kernel)                                   \
   REGISTER_KERNEL_BUILDER(Name(op_name).Device(::tensorflow::DEVICE_CPU), Kernel); \
   TFRING_REGISTER_GPU_KERNEL(op_name, Kernel)
