@@ -29,14 +29,13 @@ from tfring.common.signed_channel import BadRequest, DriverClient, new_secret
 from tfring.common.signed_server import DriverServer
 from tfring.common.elastic.protocol import integer as _int
 from tfring.runner.slots.elastic_book import SlotBook
-from tfring.runner.slots.job import LaunchError, RankError, _seconds
+from tfring.runner.slots.job import LaunchError, RankError
 from tfring.runner.slots.launcher import HERE, Launcher
 from tfring.runner.env import forwarded
 from tfring.runner.processes import alive
 from tfring.runner.slots.net import host_identity
-from tfring.runner.slots.service import _network, _str
-from tfring.runner.slots.waits import LockedWaits
-from tfring.runner.slots.wire import MAX_BODY, SERVICE, decode, encode
+from tfring.runner.slots.waits import LockedWaits, check_seconds
+from tfring.runner.slots.wire import MAX_BODY, SERVICE, decode, encode, network_field, text_field
 
 SLOT_SILENCE = 30.0  # seconds without a slot's status poll (every second) before it counts as dead
 
@@ -106,7 +105,7 @@ class ElasticSlotJob(LockedWaits):
             raise ValueError("%s: max_np=%r: expected an integer >= num_proc (%d) or None" % (who, max_np, num_proc))
         if min_np > num_proc:
             raise ValueError("%s: min_np=%d is more than num_proc=%d" % (who, min_np, num_proc))
-        _seconds("elastic_timeout", elastic_timeout)
+        check_seconds("elastic_timeout", elastic_timeout)
         if elastic_timeout < 1:
             raise ValueError("%s: elastic_timeout=%r: expected at least 1 second" % (who, elastic_timeout))
         if reset_limit is not None and (not isinstance(reset_limit, int) or isinstance(reset_limit, bool)
@@ -178,9 +177,10 @@ class ElasticSlotJob(LockedWaits):
 
     def _register(self, p):
         index, pid, started = _int(p, "index"), p.get("pid"), p.get("started")
-        slot = {"host": _str(p, "host"), "address": _str(p, "address"), "seen": time.monotonic(), "dead": False,
+        slot = {"host": text_field(p, "host"), "address": text_field(p, "address"), "seen": time.monotonic(),
+                "dead": False,
                 "pid": pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else 0,
-                "started": started if isinstance(started, str) else None, "network": _network(p),
+                "started": started if isinstance(started, str) else None, "network": network_field(p),
                 "hostname": p.get("hostname") if isinstance(p.get("hostname"), str) else None}
         with self._cond:
             if self.book.register(index, slot) is not None:
@@ -269,7 +269,7 @@ class ElasticSlotJob(LockedWaits):
 
     def _where(self, p):  # the slot agent: a host added after mpirun started
         with self._cond:
-            address = self.book.address_of(_str(p, "host"))
+            address = self.book.address_of(text_field(p, "host"))
         if address is None:
             raise BadRequest("host %r is not one of this job's hosts" % p.get("host"))
         return {"address": address}
@@ -306,7 +306,7 @@ class ElasticSlotJob(LockedWaits):
         Raises:
             TimeoutError: too few slots within `timeout` seconds.
         """
-        _seconds("timeout", timeout)
+        check_seconds("timeout", timeout)
 
         def expired():
             return TimeoutError("%s: only %d of %d slots started within %g s" % (
@@ -363,7 +363,7 @@ class ElasticSlotJob(LockedWaits):
             RuntimeError: mpirun ended before the ranks answered, or no rank is left.
             TimeoutError: not done within `timeout` seconds.
         """
-        _seconds("timeout", timeout, none=True)
+        check_seconds("timeout", timeout, none=True)
         if self._launched_at is None:
             raise RuntimeError("%s: call() before wait_ready(): the job has not started" % self.who)
         payload = encode((ranked, (fn, tuple(args), dict(kwargs or {})), {}))

@@ -25,22 +25,13 @@ once. No lost message leaves a wait open: the launch spec and mpirun's exit are 
 import time
 
 from tfring.runner.slots.service import SlotService
+from tfring.runner.slots.waits import check_seconds
 from tfring.runner.slots.wire import decode, encode
 
 SLOT_SILENCE = 30.0  # seconds without a slot's status poll before the slot counts as dead (polls every second)
 STOP_SILENCE = 3.0  # seconds without slot 0's poll after which stop() no longer waits for mpirun's exit
 SETTLE = 10.0  # seconds the other ranks have to return after one raised, before the job counts as broken
 LAUNCH_ACK = 30.0  # seconds slot 0 has to acknowledge the launch spec once every slot registered (polls every 1 s)
-
-
-def _seconds(name, value, none=False):
-    # Every wait has a deadline: a positive, finite number of seconds (None only where it says no limit).
-    if value is None and none:
-        return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
-    if not ok:
-        raise ValueError("tfring: %s=%r: expected a positive, finite number of seconds%s" % (
-            name, value, " or None" if none else ""))
 
 
 class RankError(RuntimeError):
@@ -132,7 +123,7 @@ class SlotJob(SlotService):
             LaunchError: slot 0 could not start mpirun (bad arguments, no mpirun).
             RuntimeError: a slot died or was restarted.
         """
-        _seconds("timeout", timeout)
+        check_seconds("timeout", timeout)
         deadline = time.monotonic() + timeout
         with self._cond:
             self._start_deadline = deadline  # what is left of it when slot 0 takes the job: the ranks' start deadline
@@ -207,7 +198,7 @@ class SlotJob(SlotService):
             RuntimeError: the job is broken, mpirun ended before every rank answered, a slot died, or not every
                 slot registered yet (call `wait_ready` first).
         """
-        _seconds("timeout", timeout, none=True)
+        check_seconds("timeout", timeout, none=True)
         payload = encode((fn, tuple(args), dict(kwargs or {})))
         with self._cond:
             self._check()  # a slot already lost: fail at once
@@ -288,7 +279,7 @@ class SlotJob(SlotService):
         Raises:
             ValueError: timeout is not a positive, finite number.
         """
-        _seconds("timeout", timeout)
+        check_seconds("timeout", timeout)
         deadline = time.monotonic() + timeout
         with self._cond:
             self._stopping = True

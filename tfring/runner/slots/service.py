@@ -6,7 +6,6 @@ API on top of it.
 Any request or reply may be lost; every handler is idempotent and every report is repeated until acknowledged:
 the launch spec goes in every `/status` reply to slot 0 until a poll says `launched`; slot 0 repeats mpirun's exit
 (or its launch failure) in every `/status` until a reply says `exit_ack`, besides retrying `/exit` until `ack`."""
-import ipaddress
 import sys
 import threading
 import time
@@ -14,7 +13,7 @@ import time
 from tfring.common.signed_channel import BadRequest, new_secret
 from tfring.common.signed_server import DriverServer
 from tfring.runner.slots.waits import LockedWaits
-from tfring.runner.slots.wire import MAX_BODY, SERVICE
+from tfring.runner.slots.wire import MAX_BODY, SERVICE, network_field, text_field
 LOCAL_HOST = "localhost"  # the launcher's host: PRRTE starts its ranks itself
 HOST_NAME = "tfring-slot-host-%d"  # every other host: unresolvable, so PRRTE launches it through the agent
 
@@ -23,23 +22,6 @@ def _int(payload, key, low=0, high=None):
     value = payload.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value >= high):
         raise BadRequest("%s: expected an integer in [%d, %s), got %r" % (key, low, high, value))
-    return value
-
-
-def _network(payload):
-    value = payload.get("network")
-    if value is None:
-        return None
-    try:
-        return str(ipaddress.ip_network(value, strict=False))
-    except (TypeError, ValueError):
-        raise BadRequest("network: expected an address/prefix, got %r" % (value,)) from None
-
-
-def _str(payload, key):
-    value = payload.get(key)
-    if not isinstance(value, str) or not value:
-        raise BadRequest("%s: expected a non-empty string" % key)
     return value
 
 
@@ -118,10 +100,10 @@ class SlotService(LockedWaits):
     def _register(self, p):
         index = _int(p, "index", 0, self.num_slots)
         pid, started = p.get("pid"), p.get("started")
-        slot = {"host": _str(p, "host"), "address": _str(p, "address"), "seen": time.monotonic(),
+        slot = {"host": text_field(p, "host"), "address": text_field(p, "address"), "seen": time.monotonic(),
                 "pid": pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else 0,
                 "started": started if isinstance(started, str) else None,
-                "network": _network(p)}
+                "network": network_field(p)}
         with self._cond:
             old = self._slots.get(index)
             if old is not None and old["address"] != slot["address"]:

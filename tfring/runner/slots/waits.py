@@ -5,6 +5,20 @@ import time
 CALL_WAIT = 5.0  # seconds a rank's /call waits for work before it is told to ask again
 
 
+def check_seconds(name, value, none=False):
+    """Every wait has a deadline: `value` must be a positive, finite number of seconds (None only with `none`).
+
+    Raises:
+        ValueError: naming the argument and the value.
+    """
+    if value is None and none:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+    if not ok:
+        raise ValueError("tfring: %s=%r: expected a positive, finite number of seconds%s" % (
+            name, value, " or None" if none else ""))
+
+
 class LockedWaits:
     """Mixin for a slot job: needs `_cond` (its threading.Condition), `_check()` (run under the lock: raises when the
     job failed), and for calls `_stopping`, `_seq` (the newest call's number)."""
