@@ -14,7 +14,7 @@ from tfring.jax.compression import Compression, checked
 def allreduce_arrays(xs, name, op, prescale, postscale, pid):
     results = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
     return _h.call("allreduce", xs, results, name=name, reduce_op=int(op), prescale=prescale, postscale=postscale,
-                     process_set=pid)
+                   process_set=pid)
 
 
 def _allreduce_fwd(xs, name, op, prescale, postscale, pid):

@@ -16,7 +16,7 @@ def _reducescatter(xs, name, op, prescale, postscale, pid):
     n, me = process_set_size(_h.process_set(pid)), _h.set_rank(pid)
     results = [jax.ShapeDtypeStruct((_h.rows(x.shape[0], n)[me],) + tuple(x.shape[1:]), x.dtype) for x in xs]
     return _h.call("reducescatter", xs, results, name=name, reduce_op=int(op), prescale=prescale,
-                     postscale=postscale, process_set=pid)
+                   postscale=postscale, process_set=pid)
 
 
 def _reducescatter_fwd(xs, name, op, prescale, postscale, pid):

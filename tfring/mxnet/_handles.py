@@ -116,7 +116,7 @@ def check_arrays(fn, tensors, reduce=False):
 
 
 def push(op_type, prefix, inputs, outputs, name, process_set, priority, reduce_op=Sum, prescale=1.0,
-          postscale=1.0, root_rank=0):
+         postscale=1.0, root_rank=0):
     """Pushes one engine op over `inputs` -> `outputs` (the same objects for in place)."""
     pid = process_set_id_of(process_set, prefix)
     # An input in an MKL-DNN layout (a convolution's output, inference-cached weights) must be converted to the
@@ -127,12 +127,12 @@ def push(op_type, prefix, inputs, outputs, name, process_set, priority, reduce_o
         t.wait_to_read()
     names = tensor_names(prefix, name, pid, len(inputs))
     check(C.tfring_mxnet_push(op_type, len(inputs), handle_array(inputs), handle_array(outputs),
-                                        string_array(names), reduce_op, float(prescale), float(postscale),
-                                        int(root_rank), pid, int(priority)))
+                              string_array(names), reduce_op, float(prescale), float(postscale),
+                              int(root_rank), pid, int(priority)))
 
 
 def host_run(op_type, prefix, tensors, name, process_set, reduce_op=Sum, prescale=1.0, postscale=1.0,
-              splits=None):
+             splits=None):
     """Runs a collective whose output shape comes from negotiation on host copies of `tensors`; blocks.
 
     Returns:
@@ -159,8 +159,8 @@ def host_run(op_type, prefix, tensors, name, process_set, reduce_op=Sum, prescal
             shape = (ctypes.c_int64 * 32)()
             ndim = C.tfring_mxnet_result_shape(result, i, shape)
             is_splits = op_type == ALLTOALL and i % 2 == 1
-            out = np.empty(tuple(shape[:ndim]), np.int32 if is_splits else arrays[i // 2 if op_type ==
-                                                                                 ALLTOALL else i].dtype)
+            dtype = np.int32 if is_splits else arrays[i // 2 if op_type == ALLTOALL else i].dtype
+            out = np.empty(tuple(shape[:ndim]), dtype)
             C.tfring_mxnet_result_copy(result, i, out.ctypes.data)
             outputs.append(out)
         return outputs

@@ -31,7 +31,7 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, 
     _h.check_arrays("allreduce", [tensor], reduce=True)
     output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
     _h.push(_h.ALLREDUCE, "allreduce", [tensor], [output], name, process_set, priority, op, prescale_factor,
-          postscale_factor)
+            postscale_factor)
     return output
 
 
@@ -45,7 +45,7 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     op = _h.resolve("allreduce_", average, op)
     _h.check_arrays("allreduce_", [tensor], reduce=True)
     _h.push(_h.ALLREDUCE, "allreduce", [tensor], [tensor], name, process_set, priority, op, prescale_factor,
-          postscale_factor)
+            postscale_factor)
     return tensor
 
 
@@ -61,7 +61,7 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     _h.check_arrays("grouped_allreduce", tensors, reduce=True)
     outputs = [mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
     _h.push(_h.ALLREDUCE, "grouped_allreduce", tensors, outputs, name, process_set, priority, op, prescale_factor,
-          postscale_factor)
+            postscale_factor)
     return outputs
 
 
@@ -76,5 +76,5 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
     tensors = list(tensors)
     _h.check_arrays("grouped_allreduce_", tensors, reduce=True)
     _h.push(_h.ALLREDUCE, "grouped_allreduce", tensors, tensors, name, process_set, priority, op, prescale_factor,
-          postscale_factor)
+            postscale_factor)
     return tensors

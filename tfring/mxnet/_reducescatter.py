@@ -29,7 +29,7 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     op = _h.resolve("reducescatter", None, op)
     _h.check_arrays("reducescatter", [tensor], reduce=True)
     out = _h.host_run(_h.REDUCESCATTER, "reducescatter", [tensor], name, process_set, op, prescale_factor,
-                    postscale_factor)[0]
+                      postscale_factor)[0]
     return _h.to_nd(out, tensor)
 
 
@@ -44,5 +44,5 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_se
     tensors = list(tensors)
     _h.check_arrays("grouped_reducescatter", tensors, reduce=True)
     outs = _h.host_run(_h.REDUCESCATTER, "grouped_reducescatter", tensors, name, process_set, op, prescale_factor,
-                     postscale_factor)
+                       postscale_factor)
     return [_h.to_nd(o, t) for o, t in zip(outs, tensors)]

@@ -18,9 +18,9 @@ import mxnet as mx
 
 from tfring.common import basics as _basics
 from tfring.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
-                           gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
-                           mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, size, start_timeline,
-                           stop_timeline)
+                                  gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                                  mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, size,
+                                  start_timeline, stop_timeline)
 from tfring.common.errors import HorovodInternalError  # noqa: F401
 from tfring.common.reduce_ops import Adasum, Average, Max, Min, Product, Sum, resolve_op  # noqa: F401
 from tfring.mxnet._gather import allgather, alltoall, broadcast, broadcast_, grouped_allgather  # noqa: F401
@@ -28,7 +28,7 @@ from tfring.mxnet._handles import InvalidArgumentError  # noqa: F401
 from tfring.mxnet._reduce import allreduce, allreduce_, grouped_allreduce, grouped_allreduce_  # noqa: F401
 from tfring.mxnet._reducescatter import grouped_reducescatter, reducescatter  # noqa: F401
 from tfring.common.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
-                                 process_set_id_of, remove_process_set)
+                                        process_set_id_of, remove_process_set)
 
 _exit_wait_registered = False
 

@@ -21,10 +21,10 @@ from tfring.tensorflow.compression import Compression  # noqa: E402
 from tfring.tensorflow.functions import (allgather_object, broadcast_, broadcast_global_variables,  # noqa: E402
                                          broadcast_object, broadcast_object_fn, broadcast_variables)
 from tfring.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, ReduceOp, Sum, allgather,  # noqa: E402
-                                   allreduce, alltoall, barrier, broadcast, check_num_rank_power_of_2,
-                                   grouped_allgather, grouped_allreduce, grouped_reducescatter,
-                                   handle_average_backwards_compatibility, join, local_rank_op, local_size_op,
-                                   process_set_included_op, rank_op, reducescatter, size_op)
+                                       allreduce, alltoall, barrier, broadcast, check_num_rank_power_of_2,
+                                       grouped_allgather, grouped_allreduce, grouped_reducescatter,
+                                       handle_average_backwards_compatibility, join, local_rank_op, local_size_op,
+                                       process_set_included_op, rank_op, reducescatter, size_op)
 from tfring.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: E402
 from tfring.tensorflow import elastic  # noqa: E402 (hvd.elastic, as in Horovod)
 from tfring.tensorflow import sync_batch_norm  # noqa: E402

@@ -27,7 +27,7 @@ def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
     tensor = tf.convert_to_tensor(tensor)
     _h.check_dtype("allgather", tensor, _h.ANY)
     return _h.ops().horovod_allgather(tensor, ignore_name_scope=ignore_name_scope, process_set_id=pid,
-                                    **_h.names("HorovodAllgather", tensor, name))
+                                      **_h.names("HorovodAllgather", tensor, name))
 
 
 def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=False):
@@ -56,7 +56,7 @@ def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=Fa
         return [allgather(t, name=None if name is None else "%s_%d" % (name, i), process_set=process_set)
                 for i, t in enumerate(tensors)]
     return _h.ops().horovod_grouped_allgather(tensors, ignore_name_scope=ignore_name_scope, process_set_id=pid,
-                                            **_h.names("HorovodGroupedAllgather", tensors[0], name))
+                                              **_h.names("HorovodGroupedAllgather", tensors[0], name))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
@@ -83,7 +83,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
     tensor = tf.convert_to_tensor(tensor)
     _h.check_dtype("broadcast", tensor, _h.ANY)
     return _h.ops().horovod_broadcast(tensor, root_rank=root_rank, ignore_name_scope=ignore_name_scope,
-                                    process_set_id=pid, **_h.names("HorovodBroadcast", tensor, name))
+                                      process_set_id=pid, **_h.names("HorovodBroadcast", tensor, name))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
@@ -111,5 +111,5 @@ def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope
     _h.check_dtype("alltoall", tensor, _h.ANY)
     splits_t = tf.zeros([0], tf.int32) if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int32)
     out, received = _h.ops().horovod_alltoall(tensor, splits_t, ignore_name_scope=ignore_name_scope,
-                                            process_set_id=pid, **_h.names("HorovodAlltoall", tensor, name))
+                                              process_set_id=pid, **_h.names("HorovodAlltoall", tensor, name))
     return out if splits is None else (out, received)

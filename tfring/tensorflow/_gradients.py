@@ -65,7 +65,7 @@ def _gather_grads(op, grads):
     for i, (x, grad) in enumerate(zip(op.inputs, grads)):
         grad = tf.zeros_like(op.outputs[i]) if grad is None else grad
         grad = ops().horovod_allreduce(grad, reduce_op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                                        **attrs, **_grad_name(op, "grad_%d" % i))
+                                       **attrs, **_grad_name(op, "grad_%d" % i))
         rows = tf.shape(x)[:1] if x.shape.rank != 0 else tf.ones([1], tf.int32)
         all_rows = ops().horovod_allgather(rows, **attrs, **_grad_name(op, "grad_rows_%d" % i))
         me = set_rank(pid)
@@ -88,7 +88,7 @@ def _grouped_allgather_grad(op, *grads):
 def _broadcast_grad(op, grad):
     """y = x_root on every rank: the root's x gets the grads averaged over the set's ranks (Horovod), others 0."""
     reduced = ops().horovod_allreduce(grad, reduce_op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                                       **_attrs(op), **_grad_name(op))
+                                      **_attrs(op), **_grad_name(op))
     if rank() != op.get_attr("root_rank"):  # root_rank is a global rank, also in a process set
         return reduced * 0  # not zeros_like: a constant would let graph mode prune the allreduce (a hang)
     return reduced

@@ -9,7 +9,7 @@ from tfring.common.process_sets import process_set_id_of, process_set_of
 from tfring.tensorflow import _library
 
 NUMERIC = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
-            tf.float64)
+           tf.float64)
 ANY = NUMERIC + (tf.bool,)
 
 

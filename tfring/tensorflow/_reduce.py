@@ -8,13 +8,13 @@ from tfring.tensorflow.compression import Compression
 
 
 def allreduce_tensor(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0, ignore_name_scope=False,
-               process_set_id=0):
+                     process_set_id=0):
     tensor = tf.convert_to_tensor(tensor)
     _h.check_dtype("allreduce", tensor, _h.NUMERIC)
     _labels.register("HorovodAllreduce", None, name, ignore_name_scope, _labels.current())  # eager: before
     out = _h.ops().horovod_allreduce(tensor, reduce_op=op, prescale_factor=prescale_factor,
-                                   postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-                                   process_set_id=process_set_id, **_h.names("HorovodAllreduce", tensor, name))
+                                     postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
+                                     process_set_id=process_set_id, **_h.names("HorovodAllreduce", tensor, name))
     _labels.register("HorovodAllreduce", out, name, ignore_name_scope, _labels.current())  # graph: after
     return out
 
@@ -72,8 +72,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     with _h.on(device_dense):
         reduced = allreduce_tensor(compressed, name=name, op=op, prescale_factor=prescale_factor,
-                             postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-                             process_set_id=pid)
+                                   postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
+                                   process_set_id=pid)
     return compression.decompress(reduced, ctx)
 
 
@@ -133,9 +133,9 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
         _labels.register("HorovodGroupedAllreduce", None, group_name, ignore_name_scope, group_labels)
         with _h.on(device_dense):
             out = _h.ops().horovod_grouped_allreduce(group, reduce_op=op, prescale_factor=prescale_factor,
-                                                   postscale_factor=postscale_factor,
-                                                   ignore_name_scope=ignore_name_scope, process_set_id=pid,
-                                                   **_h.names("HorovodGroupedAllreduce", group[0], group_name))
+                                                     postscale_factor=postscale_factor,
+                                                     ignore_name_scope=ignore_name_scope, process_set_id=pid,
+                                                     **_h.names("HorovodGroupedAllreduce", group[0], group_name))
         _labels.register("HorovodGroupedAllreduce", out[0], group_name, ignore_name_scope, group_labels)
         for i, r in zip(idx, out):
             results[i] = compression.decompress(r, compressed[i][1])

@@ -32,8 +32,8 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_s
     tensor = tf.convert_to_tensor(tensor)
     _h.check_dtype("reducescatter", tensor, _h.NUMERIC)
     return _h.ops().horovod_reducescatter(tensor, reduce_op=op, prescale_factor=prescale_factor,
-                                        postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-                                        process_set_id=pid, **_h.names("HorovodReducescatter", tensor, name))
+                                          postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
+                                          process_set_id=pid, **_h.names("HorovodReducescatter", tensor, name))
 
 
 def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, ignore_name_scope=False,
@@ -68,6 +68,6 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, igno
                               ignore_name_scope=ignore_name_scope, process_set=process_set)
                 for i, t in enumerate(tensors)]
     return _h.ops().horovod_grouped_reducescatter(tensors, reduce_op=op, prescale_factor=prescale_factor,
-                                                postscale_factor=postscale_factor,
-                                                ignore_name_scope=ignore_name_scope, process_set_id=pid,
-                                                **_h.names("HorovodGroupedReducescatter", tensors[0], name))
+                                                  postscale_factor=postscale_factor,
+                                                  ignore_name_scope=ignore_name_scope, process_set_id=pid,
+                                                  **_h.names("HorovodGroupedReducescatter", tensors[0], name))

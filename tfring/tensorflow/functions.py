@@ -128,7 +128,7 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None
     """
     return object_collectives.broadcast_object(
         obj, root_rank, rank(), lambda a, n: _to_numpy(broadcast(tf.constant(a), root_rank, name=n,
-                                                                  process_set=process_set), session),
+                                                                 process_set=process_set), session),
         name or "broadcast_object")
 
 
