@@ -1,7 +1,7 @@
 // The one base class of tfring's data-collective kernels: attrs every op has (process_set_id,
 // ignore_name_scope), one entry per input (grouped ops) completed together, enqueue on the op's process set.
 // A kernel names its collective and fills what is particular to it in Customize(); TFRING_REGISTER_KERNELS
-// registers it for every op name on CPU (and GPU in NCCL builds, through gpu_kernels.cc).
+// registers it for every op name on CPU (and GPU in NCCL builds, through kernel_devices.cc).
 #pragma once
 #include <string>
 #include <vector>
@@ -42,7 +42,7 @@ class ReductionKernel : public CollectiveKernel {
 };
 
 // GPU tensors stay on the GPU in NCCL builds: NCCL on the device, TF's stream never blocked. Registers `create` for
-// the op on GPU, `host_memory` args kept on the host (gpu_kernels.cc: NCCL builds only; otherwise returns false).
+// the op on GPU, `host_memory` args kept on the host (kernel_devices.cc: NCCL builds only; otherwise returns false).
 bool RegisterGpuKernel(const char* op_name, tfw::OpKernel* (*create)(tfw::OpKernelConstruction*),
                        std::vector<const char*> host_memory = {});
 }  // namespace tf

@@ -1,6 +1,7 @@
 // The GPU registrations of tfring's TensorFlow kernels. Only this file (with the adapter and the XLA ops) reads
 // the GPU macros, so a GPU build recompiles it and not every op file (setup.py's reads_gpu_macros); in a CPU build
-// RegisterGpuKernel registers nothing.
+// RegisterGpuKernel registers nothing. Compiled in every build (its name has no "gpu": Bazel's CPU-only build leaves
+// such files out).
 #include "kernel.h"
 
 namespace tfring {
