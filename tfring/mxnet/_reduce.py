@@ -5,6 +5,16 @@ from tfring.common.process_sets import global_process_set
 from tfring.mxnet import _handles as _h
 
 
+def _push_reduce(fn, prefix, tensors, in_place, average, name, priority, prescale, postscale, process_set, op):
+    """Checks and pushes one allreduce of `tensors` (into new arrays, or in place); returns the outputs."""
+    op = _h.resolve(fn, average, op)
+    tensors = list(tensors)
+    _h.check_arrays(fn, tensors, reduce=True)
+    outputs = tensors if in_place else [mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
+    _h.push(_h.ALLREDUCE, prefix, tensors, outputs, name, process_set, priority, op, prescale, postscale)
+    return outputs
+
+
 def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set, op=None):
     """Reduces `tensor` over the ranks of the process set into a new array; `tensor` is not modified.
@@ -27,12 +37,8 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, 
         mxnet.base.MXNetError: tfring is not initialized (a RuntimeError). Failures found later (ranks disagree
             on the shape) are raised by MXNet (MXNetError) when the result is read.
     """
-    op = _h.resolve("allreduce", average, op)
-    _h.check_arrays("allreduce", [tensor], reduce=True)
-    output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
-    _h.push(_h.ALLREDUCE, "allreduce", [tensor], [output], name, process_set, priority, op, prescale_factor,
-            postscale_factor)
-    return output
+    return _push_reduce("allreduce", "allreduce", [tensor], False, average, name, priority, prescale_factor,
+                        postscale_factor, process_set, op)[0]
 
 
 def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
@@ -42,11 +48,8 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     Returns:
         mx.nd.NDArray: `tensor` itself.
     """
-    op = _h.resolve("allreduce_", average, op)
-    _h.check_arrays("allreduce_", [tensor], reduce=True)
-    _h.push(_h.ALLREDUCE, "allreduce", [tensor], [tensor], name, process_set, priority, op, prescale_factor,
-            postscale_factor)
-    return tensor
+    return _push_reduce("allreduce_", "allreduce", [tensor], True, average, name, priority, prescale_factor,
+                        postscale_factor, process_set, op)[0]
 
 
 def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
@@ -56,13 +59,8 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     Returns:
         list of mx.nd.NDArray: the results, in the order of `tensors`.
     """
-    op = _h.resolve("grouped_allreduce", average, op)
-    tensors = list(tensors)
-    _h.check_arrays("grouped_allreduce", tensors, reduce=True)
-    outputs = [mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
-    _h.push(_h.ALLREDUCE, "grouped_allreduce", tensors, outputs, name, process_set, priority, op, prescale_factor,
-            postscale_factor)
-    return outputs
+    return _push_reduce("grouped_allreduce", "grouped_allreduce", tensors, False, average, name, priority,
+                        prescale_factor, postscale_factor, process_set, op)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
@@ -72,9 +70,5 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
     Returns:
         list of mx.nd.NDArray: `tensors` themselves.
     """
-    op = _h.resolve("grouped_allreduce_", average, op)
-    tensors = list(tensors)
-    _h.check_arrays("grouped_allreduce_", tensors, reduce=True)
-    _h.push(_h.ALLREDUCE, "grouped_allreduce", tensors, tensors, name, process_set, priority, op, prescale_factor,
-            postscale_factor)
-    return tensors
+    return _push_reduce("grouped_allreduce_", "grouped_allreduce", tensors, True, average, name, priority,
+                        prescale_factor, postscale_factor, process_set, op)
