@@ -84,9 +84,14 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
 
     Args:
         tensors: a list of tensors; a `tf.IndexedSlices` among them makes every element an `allreduce`.
-        name: what ranks match the collective by; with tensors of several dtypes, one op per dtype named
-            `<name>_<dtype>`.
-        The others: as `allreduce`'s, for every tensor.
+        average: deprecated (Horovod): True means `op=Average`, False `op=Sum`.
+        device_dense, device_sparse: device for the collective (GPU builds) / for `tf.IndexedSlices`' allgathers.
+        compression: `Compression.none`, `.fp16` or `.bf16`: the dtype floating tensors travel in.
+        op: `Average` (default), `Sum`, `Min`, `Max`, `Product` or `Adasum` (power-of-two sets only).
+        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
 
     Returns:
         list: the reduced tensors, in the order of `tensors`.

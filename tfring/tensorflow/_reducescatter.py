@@ -42,9 +42,11 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, igno
 
     Args:
         tensors: a list of tensors of numeric dtypes.
-        name: what ranks match the collective by; with tensors of several dtypes, one op per tensor named
-            `<name>_<i>`.
-        The others: as `reducescatter`'s, for every tensor.
+        op: `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
+        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
+        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
 
     Returns:
         list: this rank's blocks, in the order of `tensors`.
