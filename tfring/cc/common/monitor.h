@@ -60,8 +60,8 @@ class Monitor {
   static constexpr int kRoundSteps = 4;         // rank 0 asks for a round every this many of its steps
   static constexpr size_t kMaxNames = 1 << 16;  // distinct names counted per window (unnamed ones are numbered)
   static constexpr size_t kMaxHistory = 1000;
-  // A round's step this much over the evidence's median, and by this many seconds (fast steps' walls are noisy):
-  // a recompile.
+  // A round whose step takes this much over the median of the last 5 rounds, and this many seconds more (fast
+  // steps' walls are noisy): a recompile (IsWarmUp).
   static constexpr double kRecompileFactor = 5, kRecompileSeconds = 0.2;
 
  private:
