@@ -27,7 +27,7 @@ from tfring.common import library as _lib
 from tfring.common import names as core_names
 from tfring.common.errors import HorovodInternalError, status_error
 from tfring.common import topology
-from tfring.common.process_sets import global_process_set, process_set_id_of, process_set_of, process_set_rank
+from tfring.common.process_sets import process_set_id_of, process_set_of, process_set_rank
 
 _TARGETS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
 JOIN, BARRIER = 5, 6  # the core's control ops
@@ -91,10 +91,6 @@ def set_id(fn, process_set):
     return process_set_id_of(process_set, fn)
 
 
-def process_set(pid):
-    return global_process_set if pid == 0 else process_set_of(pid)
-
-
 def root_is_me(root, pid):
     """Whether this process is `root` (a global rank, as Horovod's root ranks)."""
     return topology.rank() == root
@@ -151,7 +147,7 @@ def finish(thunk, arrays):
 
 
 def set_rank(pid):
-    return process_set_rank(global_process_set if pid == 0 else process_set_of(pid))
+    return process_set_rank(process_set_of(pid))
 
 
 def rows(d0, n):

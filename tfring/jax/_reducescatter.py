@@ -5,7 +5,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from tfring.common.process_sets import global_process_set, process_set_size
+from tfring.common.process_sets import global_process_set, process_set_of, process_set_size
 from tfring.common.reduce_ops import Adasum, Average, Sum, resolve_op
 from tfring.jax import _handles as _h
 from tfring.jax._gather import allgather_arrays
@@ -13,7 +13,7 @@ from tfring.jax._gather import allgather_arrays
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4, 5))
 def _reducescatter(xs, name, op, prescale, postscale, pid):
-    n, me = process_set_size(_h.process_set(pid)), _h.set_rank(pid)
+    n, me = process_set_size(process_set_of(pid)), _h.set_rank(pid)
     results = [jax.ShapeDtypeStruct((_h.rows(x.shape[0], n)[me],) + tuple(x.shape[1:]), x.dtype) for x in xs]
     return _h.call("reducescatter", xs, results, name=name, reduce_op=int(op), prescale=prescale,
                    postscale=postscale, process_set=pid)
@@ -29,7 +29,7 @@ def _reducescatter_bwd(name, op, prescale, postscale, pid, dims, grads):
     if op not in (Sum, Average):
         raise NotImplementedError("tfring.jax: the gradient of reducescatter is defined for Sum and Average only "
                                   "(got op=%d)" % op)
-    n = process_set_size(_h.process_set(pid))
+    n = process_set_size(process_set_of(pid))
     scale = prescale * postscale * (n if op == Sum else 1)
     gathered = allgather_arrays(list(grads), name + ".grad", pid, tuple(tuple(_h.rows(d, n)) for d in dims))
     return ([g * jnp.asarray(scale, g.dtype) for g in gathered],)
