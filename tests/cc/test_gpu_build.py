@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, rank_env, run_ranks
+from conftest import ROOT, ccache, rank_env, run_ranks
 
 pytestmark = pytest.mark.slow  # compiles the GPU path with nvcc
 
@@ -108,6 +108,8 @@ def test_gpu_build_compiles_loads_and_keeps_the_cpu_path(tmp_path):
     env = dict(os.environ, TFRING_GPU_OPERATIONS="NCCL", TF_CPP_MIN_LOG_LEVEL="2", TFRING_CUDA_ARCHS="80",
                **{"TFRING_WITH_PYTORCH" if with_torch else "TFRING_WITHOUT_PYTORCH": "1",
                   "TFRING_WITH_JAX" if with_jax else "TFRING_WITHOUT_JAX": "1"})
+    if ccache():  # a rerun with the same sources and headers reuses the objects (the link and the checks still run)
+        env["TFRING_COMPILER_LAUNCHER"] = ccache()
     # Only what a GPU build compiles differently is compiled (setup.reads_gpu_macros): the objects of the CPU build
     # this tree was installed from (pip builds in the tree's build/) serve for the rest, as in a developer's tree.
     cpu_objects = glob.glob(os.path.join(ROOT, "build", "temp.*", "tfring_obj"))
