@@ -1,6 +1,7 @@
 """An elastic Keras job for tests/elastic/test_keras_elastic.py: trains a small model with KerasState and the elastic
 callbacks; ELASTIC_KILL="rank:step" makes that (original) rank SIGKILL itself after finishing that step;
-ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file at step 3; ELASTIC_COMMIT_EVERY=N (default 1) is
+ELASTIC_GROW="path=text" makes rank 0 (of the original ranks) rewrite the discovery file at step
+$ELASTIC_GROW_AT (default 3); ELASTIC_COMMIT_EVERY=N (default 1) is
 CommitStateCallback's batches_per_commit. With TF_USE_LEGACY_KERAS=1 the model, optimizer and callbacks are
 tf_keras's (Keras 2), else Keras 3's on KERAS_BACKEND (tensorflow, jax or torch).
 Every rank appends one JSON line per finished step to $ELASTIC_OUT/steps.<pid>.jsonl and one per commit (the
@@ -25,7 +26,8 @@ else:
 EPOCHS, STEPS, BATCH = 3, 8, 16
 OUT = os.environ["ELASTIC_OUT"]
 KILL = os.environ.get("ELASTIC_KILL", "")
-GROW = os.environ.get("ELASTIC_GROW", "")  # "path=text": rank 0 writes the discovery file at step 3
+GROW = os.environ.get("ELASTIC_GROW", "")  # "path=text": rank 0 writes the discovery file at step GROW_AT
+GROW_AT = int(os.environ.get("ELASTIC_GROW_AT", "3"))
 COMMIT_EVERY = int(os.environ.get("ELASTIC_COMMIT_EVERY", "1"))
 
 # Started by the running job when it grew. Asked before init(): the newcomer disconnects from its parents there.
@@ -70,7 +72,8 @@ class Record(keras.callbacks.Callback):
         steps_log.write(json.dumps({"t": time.time(), "step": step, "rank": hvd.rank(), "size": hvd.size(),
                                     "first_rank": FIRST_RANK, "spawned": SPAWNED}) + "\n")
         steps_log.flush()
-        if GROW and FIRST_RANK == 0 and not SPAWNED and step == 3:  # "more slots" appear mid-run
+        # "More slots" appear mid-run; rank 0 now (after a failure, it may not be the first rank 0).
+        if GROW and hvd.rank() == 0 and not SPAWNED and step == GROW_AT:
             path, content = GROW.split("=", 1)
             with open(path, "w") as f:
                 f.write(content + "\n")

@@ -1,6 +1,7 @@
 """Elastic jobs on real ranks (tfringrun --min-np/--max-np/--host-discovery-script, ULFM): a SIGKILLed worker
-(rank 1, then rank 0; rank 1 again with tf_keras) mid-epoch, the job going below --min-np, a slot added by the
-discovery script (Keras 3 and tf_keras), and mpirun itself dying mid-job (restart from the last commit). The job
+(rank 1 or rank 0) mid-epoch, then a slot added by the discovery script, in one launch per Keras flavour (Keras 3 on
+each backend, tf_keras); the job going below --min-np; and mpirun itself dying mid-job (restart from the last
+commit). The job
 is tests/elastic/keras_job.py (Keras model, KerasState, the elastic callbacks, a commit every batch)."""
 import glob
 import importlib.util
@@ -17,7 +18,6 @@ from conftest import ROOT, kill_session, rank_env
 pytestmark = pytest.mark.slow  # launches real ranks or jobs
 
 JOB = os.path.join(ROOT, "tests", "elastic", "keras_job.py")
-TOTAL_STEPS = 3 * 8  # keras_job.py: EPOCHS * STEPS
 
 
 def launch(tmp_path, args, env=None):
@@ -83,40 +83,58 @@ def flavour_env(flavour):
             "KERAS_BACKEND": flavour if flavour in ("jax", "torch") else "tensorflow"}
 
 
+# One launch per flavour shows both resets: a failure (the victim SIGKILLs itself mid-epoch; the survivors roll
+# back to the last commit and go on at 2 ranks, its slot held out), then a growth (rank 0 lists a 4th slot right
+# after; a newcomer is spawned into the free one and gets the state). tf_keras grows too: its optimizer has no
+# `built`, and a newcomer must build its slots before the first sync as the others did (else the state broadcast
+# stalls on the slot variables the newcomer lacks).
 @pytest.mark.parametrize("victim,flavour", [(1, "keras"), (0, "keras"), (1, "tf_keras"), (1, "jax"), (0, "torch")])
-def test_killed_worker_job_goes_on_with_survivors(tmp_path, victim, flavour):
-    kill_at = 10  # the second step of the second epoch (8 steps per epoch)
-    env = dict(flavour_env(flavour), ELASTIC_KILL="%d:%d" % (victim, kill_at))
-    rc, out = finish(launch(tmp_path, ["-np", "3", "--min-np", "2"], env))
+def test_killed_worker_job_goes_on_with_survivors_then_a_new_slot_joins(tmp_path, victim, flavour):
+    kill_at, grow_at = 10, 11  # the second step of the second epoch (8 steps per epoch); the first after it
+    hosts, script = discovery_script(tmp_path, "localhost:3\n")
+    env = dict(flavour_env(flavour), ELASTIC_KILL="%d:%d" % (victim, kill_at), ELASTIC_STEP_SLEEP="0.25",
+               ELASTIC_GROW="%s=localhost:4" % hosts, ELASTIC_GROW_AT=str(grow_at))
+    rc, out = finish(launch(tmp_path, ["-np", "3", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+                                       str(script)], env))
     assert rc == 0, out[-5000:]
+    assert "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]
+    assert "tfring.elastic: reset (grow): 2 -> 3 ranks" in out, out[-5000:]
     finals, steps = results(tmp_path)
     killed = json.load(open(tmp_path / "killed.json"))
     assert killed["step"] == kill_at
-    assert len(finals) == 2, out[-5000:]  # the victim never finished
-    assert sorted(int(f["rank"]) for f in finals) == [0, 1] and all(int(f["size"]) == 2 for f in finals)
+    assert len(finals) == 3, out[-5000:]  # the victim never finished; the newcomer did
+    assert sorted(int(f["rank"]) for f in finals) == [0, 1, 2] and all(int(f["size"]) == 3 for f in finals)
+    assert [bool(f["joined"]) for f in sorted(finals, key=lambda f: int(f["rank"]))] == [False, False, True]
     want = {"keras": "tensorflow"}.get(flavour, flavour)
     assert all(str(f["keras"]) == want for f in finals), [str(f["keras"]) for f in finals]
     if flavour == "tf_keras":  # hvd.DistributedOptimizer gave the tf_keras wrapper
         assert all(str(f["optimizer"]) == "LegacyDistributedOptimizer" for f in finals)
     assert_same_weights(finals)
+    assert len({int(f["step"]) for f in finals}) == 1 and all(int(f["epoch"]) == 3 for f in finals), finals
     for f in finals:
-        assert int(f["epoch"]) == 3 and list(f["resets"]) == [2], f
-        # Rolled back to the commit of step 10 (a commit per batch); the interrupted epoch 2 runs again in full:
-        # 10 + 2 epochs * 8 steps. Neither Keras 3 nor tf_keras starts an epoch mid-way: tf_keras's fit loop does
-        # not read params["steps"] either (UpdateBatchStateCallback's shortening only changes what a progress bar
-        # shows), so tf_keras ends on the same step count.
-        assert int(f["step"]) == kill_at + 2 * 8, f
+        if not bool(f["joined"]):
+            assert list(f["resets"]) == [2, 3], f
+        # Rolled back to the commit of step 10 (a commit per batch); the interrupted epoch 2 runs again in full,
+        # and again from the growth's commit: neither Keras 3 nor tf_keras starts an epoch mid-way (tf_keras's fit
+        # loop does not read params["steps"] either; UpdateBatchStateCallback only changes what a progress bar shows)
+        assert int(f["step"]) > kill_at + 2 * 8, f
     # Every rank (the victim too) committed each step up to the kill, step 8 twice (its batch and the epoch end).
     for pid, committed in commits(tmp_path).items():
-        assert [c for c in committed if c <= kill_at] == list(range(1, 9)) + [8, 9, 10], (pid, committed)
-    survivors = [rows for rows in steps.values() if rows[-1]["size"] == 2]
+        if committed[0] <= kill_at:  # not the newcomer's
+            assert [c for c in committed if c <= kill_at] == list(range(1, 9)) + [8, 9, 10], (pid, committed)
+    survivors = [rows for rows in steps.values() if not rows[0]["spawned"] and rows[-1]["step"] > kill_at]
     assert len(survivors) == 2
-    for rows in survivors:
-        before = [r["step"] for r in rows if r["size"] == 3]
-        after = [r["step"] for r in rows if r["size"] == 2]
-        assert before[-1] == kill_at and after[0] == kill_at + 1, (before, after)  # nothing lost, nothing redone
-        assert after == list(range(kill_at + 1, kill_at + 1 + len(after)))
-    assert "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]
+    for rows in survivors:  # 3 ranks up to the kill, 2 from the next step, 3 again; nothing lost, nothing redone
+        seq, sizes = [r["step"] for r in rows], [r["size"] for r in rows]
+        assert seq == list(range(1, len(seq) + 1)), seq
+        assert sizes[:kill_at] == [3] * kill_at and sizes[kill_at] == 2, sizes
+        two = sizes.index(3, kill_at)
+        assert set(sizes[kill_at:two]) == {2} and set(sizes[two:]) == {3}, sizes
+    newcomer = [rows for rows in steps.values() if rows[0]["spawned"]]
+    assert len(newcomer) == 1
+    seq = [r["step"] for r in newcomer[0]]
+    assert seq[0] > grow_at and seq == list(range(seq[0], seq[-1] + 1)), seq  # from the committed step count, not 0
+    assert seq[-1] == int(finals[0]["step"]), seq
 
 
 def test_below_min_np_ends_the_job_with_a_message(tmp_path):
@@ -126,33 +144,6 @@ def test_below_min_np_ends_the_job_with_a_message(tmp_path):
     assert "fewer than --min-np 2" in out and "no new slots within 3 s" in out, out[-5000:]
     finals, _ = results(tmp_path)
     assert finals == []
-
-
-# tf_keras too: its optimizer has no `built`, and a newcomer must build its slots before the first sync as the
-# others did (else the state broadcast stalls on the slot variables the newcomer lacks).
-@pytest.mark.parametrize("flavour", ["keras", "tf_keras", "jax", "torch"])
-def test_slot_added_by_discovery_joins_and_gets_the_state(tmp_path, flavour):
-    hosts, script = discovery_script(tmp_path, "localhost:2\n")
-    proc = launch(tmp_path, ["-np", "2", "--max-np", "3", "--host-discovery-script", str(script)],
-                  dict(flavour_env(flavour), ELASTIC_STEP_SLEEP="0.25", ELASTIC_GROW="%s=localhost:3" % hosts))
-    rc, out = finish(proc)
-    assert rc == 0, out[-5000:]
-    finals, steps = results(tmp_path)
-    assert len(finals) == 3, out[-5000:]
-    assert sorted(int(f["rank"]) for f in finals) == [0, 1, 2] and all(int(f["size"]) == 3 for f in finals)
-    assert [bool(f["joined"]) for f in sorted(finals, key=lambda f: int(f["rank"]))] == [False, False, True]
-    want = {"keras": "tensorflow"}.get(flavour, flavour)
-    assert all(str(f["keras"]) == want for f in finals), [str(f["keras"]) for f in finals]
-    assert_same_weights(finals)
-    newcomer = [rows for rows in steps.values() if rows[0]["spawned"]]
-    assert len(newcomer) == 1
-    first = newcomer[0][0]["step"]
-    assert first > 3, newcomer[0][:3]  # it started from the committed step count, not from 0
-    old = [rows for rows in steps.values() if not rows[0]["spawned"]]
-    for rows in old:  # the old ranks went on from their last commit: no step repeated or skipped
-        seq = [r["step"] for r in rows]
-        assert seq == list(range(1, len(seq) + 1)), seq
-    assert "tfring.elastic: reset (grow): 2 -> 3 ranks" in out, out[-5000:]
 
 
 def _mpirun_below(pid):
