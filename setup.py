@@ -160,6 +160,15 @@ def compiler_launcher():
     return shlex.split(os.environ.get("TFRING_COMPILER_LAUNCHER", ""))
 
 
+def compiler_env():
+    """The compilers' environment: with ccache, paths under this tree (sources, a venv inside it) are hashed relative
+    to it (CCACHE_BASEDIR, unless set), so that another clone of the tree reuses the objects."""
+    launcher = compiler_launcher()
+    if launcher and os.path.basename(launcher[0]) == "ccache" and "CCACHE_BASEDIR" not in os.environ:
+        return dict(os.environ, CCACHE_BASEDIR=HERE)
+    return None
+
+
 def nvcc_command(gpu, src, obj):
     archs = os.environ.get("TFRING_CUDA_ARCHS", "75;80;86;90").split(";")
     gencode = []
@@ -268,7 +277,7 @@ class BuildOps(build_ext):
             cmd = nvcc_command(gpu, src, obj) if flags is None else ["g++", "-c", src, "-o", obj] + flags
             print(" ".join(cmd), flush=True)
             cmd = compiler_launcher() + cmd
-            subprocess.check_call(cmd, cwd=HERE)
+            subprocess.check_call(cmd, cwd=HERE, env=compiler_env())
             return obj
 
         with ThreadPoolExecutor(int(os.environ.get("TFRING_BUILD_JOBS", "2"))) as pool:

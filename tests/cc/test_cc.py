@@ -17,15 +17,17 @@ CORE = ["types", "message", "env", "logging", "tensor_queue", "response_cache", 
 
 def test_core_unit_tests(tmp_path):
     binary = str(tmp_path / "cc_tests")
-    sources = sorted(glob.glob(os.path.join(ROOT, "tests/cc/*.cc")))
-    sources += [os.path.join(ROOT, "tfring/cc/common/%s.cc" % s) for s in CORE]
-    sources += [os.path.join(ROOT, "tfring/cc/common/ops/%s.cc" % s) for s in ("scale", "layout", "staging")]
+    # Paths relative to the tree (CCACHE_BASEDIR): another clone reuses the objects too.
+    sources = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/cc/*.cc")))
+    sources += ["tfring/cc/common/%s.cc" % s for s in CORE]
+    sources += ["tfring/cc/common/ops/%s.cc" % s for s in ("scale", "layout", "staging")]
     launcher = [ccache()] if ccache() else []
+    env = dict(os.environ, CCACHE_BASEDIR=ROOT)
 
     def compile_one(i_src):  # one object per source: what ccache can reuse
         obj = str(tmp_path / ("%d.o" % i_src[0]))
         subprocess.run(launcher + ["g++", "-std=c++17", "-O1", "-Wall", "-pthread", "-c", i_src[1], "-o", obj],
-                       check=True)
+                       check=True, cwd=ROOT, env=env)
         return obj
 
     with ThreadPoolExecutor(2) as pool:

@@ -101,7 +101,7 @@ def any_of(*rules):
 def slot_job():
     made = []
 
-    def start(rule=lambda *m: False, num=2, launch_args=()):
+    def start(rule=lambda *m: False, num=2, launch_args=(), stop_timeout=10):
         job = SlotJob(num, "127.0.0.1", launch_args=launch_args, log=io.StringIO(), stdout=io.StringIO(),
                       stderr=io.StringIO()).start()
         proxy, stop = DropProxy(job.address, rule), threading.Event()
@@ -110,12 +110,14 @@ def slot_job():
                                             "log": io.StringIO()}) for i in range(num)]
         for t in threads:
             t.start()
-        made.append((job, proxy, stop, threads))
+        made.append((job, proxy, stop, threads, stop_timeout))
         return job, proxy
     yield start
-    for job, proxy, stop, threads in made:
-        job.stop(10)
-        time.sleep(1.5)  # the slots hear stop on their next poll
+    for job, proxy, stop, threads, stop_timeout in made:
+        job.stop(stop_timeout)
+        heard = time.monotonic() + 1.5  # the slots hear stop on their next poll and end by themselves
+        for t in threads:
+            t.join(max(0.0, heard - time.monotonic()))
         stop.set()
         for t in threads:
             t.join(30)
@@ -179,7 +181,7 @@ def test_a_lost_exit_report_still_fails_the_call_at_once(slot_job, lose):
 
 
 def test_an_exit_report_lost_for_good_ends_at_the_call_timeout(slot_job):
-    job, _ = slot_job(lambda p, q, r: _is_exit(p, q, r) and r is None)
+    job, _ = slot_job(lambda p, q, r: _is_exit(p, q, r) and r is None, stop_timeout=1)  # no exit will come
     job.wait_ready(30)
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"rank 1 .*did not return within 4 s \(timeout\)"):
