@@ -2,7 +2,8 @@
 callbacks; ELASTIC_KILL="rank:step" makes that (original) rank SIGKILL itself after finishing that step;
 ELASTIC_GROW="path=text" makes rank 0 (of the original ranks) rewrite the discovery file at step
 $ELASTIC_GROW_AT (default 3); ELASTIC_COMMIT_EVERY=N (default 1) is
-CommitStateCallback's batches_per_commit. With TF_USE_LEGACY_KERAS=1 the model, optimizer and callbacks are
+CommitStateCallback's batches_per_commit; ELASTIC_STEP_SLEEP=s slows each step (with ELASTIC_GROW: from
+ELASTIC_GROW_AT until the job grew). With TF_USE_LEGACY_KERAS=1 the model, optimizer and callbacks are
 tf_keras's (Keras 2), else Keras 3's on KERAS_BACKEND (tensorflow, jax or torch).
 Every rank appends one JSON line per finished step to $ELASTIC_OUT/steps.<pid>.jsonl and one per commit (the
 step count it saved) to $ELASTIC_OUT/commits.<pid>.jsonl, and writes its final weights to
@@ -63,12 +64,21 @@ commits_log = open(os.path.join(OUT, "commits.%d.jsonl" % os.getpid()), "a")
 SLEEP = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))  # slows steps so a host can be added mid-run
 
 
+def slowed(step):
+    """With ELASTIC_GROW, only the steps from GROW_AT until the job grew are slowed (the others need no time)."""
+    if not GROW:
+        return True
+    grown = bool(resets) and resets[-1] > min([FIRST_SIZE] + resets[:-1])
+    return step >= GROW_AT and not SPAWNED and not grown
+
+
 class Record(keras.callbacks.Callback):
     """Logs each finished step (before the commit, which may interrupt the batch end for a growth)."""
 
     def on_train_batch_end(self, batch, logs=None):
-        time.sleep(SLEEP)
         step = current_step()
+        if slowed(step):
+            time.sleep(SLEEP)
         steps_log.write(json.dumps({"t": time.time(), "step": step, "rank": hvd.rank(), "size": hvd.size(),
                                     "first_rank": FIRST_RANK, "spawned": SPAWNED}) + "\n")
         steps_log.flush()
