@@ -120,11 +120,32 @@ def check(args):
     if args.np is not None and args.np < 1:
         raise UsageError("-np: must be a positive number of processes, got %d" % args.np)
     check_elastic(args, where)
+    check_commit_dir(args, where)
     for dest, why in IGNORED.items():
         value = getattr(args, dest, None)
         if value is not None:
             notes.append("%s ignored: %s" % (origin.get(dest) or "%s %s" % (flag_name(dest), value), why))
     args.notes = notes
+
+
+def check_commit_dir(args, where=flag_name):
+    """--commit-dir: made absolute (the ranks may start elsewhere) and created (mode 0700) when missing.
+
+    Args:
+        args: parsed arguments (changed in place).
+        where: dest -> the flag (or config key) to name in messages.
+
+    Raises:
+        UsageError: the path exists and is not a directory, or cannot be created.
+    """
+    path = getattr(args, "commit_dir", None)
+    if not path:
+        return
+    args.commit_dir = os.path.abspath(os.path.expanduser(path))
+    try:
+        os.makedirs(args.commit_dir, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise UsageError("%s: %r is not a directory that can be used: %s" % (where("commit_dir"), path, e)) from None
 
 
 def is_elastic(args):

@@ -126,6 +126,9 @@ def build_parser():
                    "(default: no limit)")
     g.add_argument("--blacklist-cooldown-range", dest="cooldown_range", type=int, nargs=2, metavar=("MIN", "MAX"),
                    help="a blacklisted host comes back after a random MIN..MAX seconds (default: never)")
+    g.add_argument("--commit-dir", help="tfring: every elastic state commit is also written there in the background, "
+                   "and a job started again with it resumes from the newest one (any job using hvd.elastic.run; "
+                   "$TFRING_COMMIT_DIR)")
 
     for title in ("timeline arguments", "monitoring arguments", "stall check arguments"):
         _knob_flags(p.add_argument_group(title), title)

@@ -230,6 +230,8 @@ def plan(args, environ=None):
     if ssh:
         cmd += ["--prtemca", "plm_ssh_args", " ".join(ssh)]
     env.update(knob_env(args))
+    if getattr(args, "commit_dir", None):
+        env["TFRING_COMMIT_DIR"] = args.commit_dir  # (the knob table's row; the flag wins)
     command = rank_command(args)
     # Open MPI's --spawn-timeout does not cover daemons stuck in ssh: each rank announces its start instead (one
     # line on stderr that the relay swallows) before exec'ing the command.

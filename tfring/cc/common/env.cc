@@ -226,6 +226,10 @@ const std::vector<Knob>& KnobTable() {
       Python("TFRING_ELASTIC_TIMEOUT", KnobType::INT, "600",
              "Elastic jobs: seconds to wait for the fewest ranks (--min-np, min_num_proc) at the start or after a "
              "failure (--elastic-timeout / elastic_timeout wins; the launcher passes its value to the ranks)."),
+      Python("TFRING_COMMIT_DIR", KnobType::STRING, "",
+             "Directory where every elastic state commit is also written, in the background (each host's first rank "
+             "writes commit.<host>.pkl atomically); a job started again with the same directory resumes from the "
+             "newest complete commit there (--commit-dir wins). Use an empty directory for a fresh start."),
       Python("TFRING_SPARK_START_TIMEOUT", KnobType::INT, "600",
              "Spark/Ray jobs: seconds for every task to start and register (the start_timeout argument wins)."),
       Python("TFRING_SPARK_DRIVER_HOST", KnobType::STRING, "",

@@ -65,10 +65,19 @@ def base_comm():
         if _base is None:
             from mpi4py import MPI
             parent = MPI.Comm.Get_parent()
+            _spawned.append(parent != MPI.COMM_NULL)
             _base = parent.Merge(high=True) if parent != MPI.COMM_NULL else MPI.COMM_WORLD
             sys.exit = _record_exit(sys.exit)
             atexit.register(_at_exit)  # after mpi4py's (it runs first): before MPI_Finalize
         return _base
+
+
+_spawned = []
+
+
+def spawned():
+    """Whether this process joined a running job (started by a growth's MPI_Comm_spawn), as seen at init."""
+    return bool(_spawned and _spawned[0])
 
 
 def set_base(comm):

@@ -66,12 +66,26 @@ class State:
         """Makes `snapshot` the saved state (then `restore()` applies it)."""
 
     def _resume_after_restart(self):
-        """Rank 0 of a job restarted after a lost host: takes up the newest committed state on disk."""
-        found = _checkpoint.load_once() if world.rank_is_root() else None
-        if found is not None:
-            self._commits, snapshot = found
-            self._load_snapshot(snapshot)
-            self.restore()
+        """At the first sync of a job started again (with --commit-dir, or by the elastic launcher after a lost host),
+        rank 0 takes up the newest commit on disk before it sends its state; a commit it cannot load fails every
+        rank alike. Later syncs (after a failure or a growth) and processes a growth added never read the disk:
+        the commit in memory is newer."""
+        if not _checkpoint.first_sync() or not _checkpoint.resumable():
+            return
+        error = None
+        if world.rank_is_root():
+            try:
+                found = _checkpoint.load()
+                if found is not None:
+                    self._commits, snapshot = found
+                    self._load_snapshot(snapshot)
+                    self.restore()
+            except Exception as e:  # noqa: BLE001 - said on every rank below
+                error = "tfring.elastic: cannot resume from the commit in %s: %s: %s" % (
+                    _checkpoint.directory(), type(e).__name__, e)
+        error = self._bcast_object(error)
+        if error:
+            raise RuntimeError(error)
 
     def check_host_updates(self):
         """Raises `HostsUpdatedInterrupt` on every rank when the launcher reported hosts the job can grow onto.

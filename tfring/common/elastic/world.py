@@ -11,6 +11,7 @@ import time
 
 from tfring.common import basics, launch_env
 from tfring.common.elastic import membership, protocol
+from tfring.common.elastic.checkpoint import COMMIT_DIR
 from tfring.common.elastic.membership import base_comm, host_name, min_np, reset_limit, timeout
 
 _lock = threading.Lock()
@@ -126,8 +127,8 @@ def _spawn(comm, add, assign=None):
     if slot_job:
         # A process spawned on another host inherits that host's daemon's environment, not mpirun's: it is given
         # the job's non-secret settings here (the secret: the daemon's environment; the rest: the driver's /env).
-        env += ["%s=%s" % (k, v) for k, v in sorted(os.environ.items()) if k == launch_env.SLOT_DRIVER or
-                (k.startswith(launch_env.ELASTIC) and k != launch_env.ELASTIC_SECRET)]
+        env += ["%s=%s" % (k, v) for k, v in sorted(os.environ.items()) if k in (launch_env.SLOT_DRIVER, COMMIT_DIR)
+                or (k.startswith(launch_env.ELASTIC) and k != launch_env.ELASTIC_SECRET)]
     infos, commands = [], []
     for host, n in (add if slot_job else [(",".join("%s:%d" % (h, n) for h, n in add), None)]):
         info = MPI.Info.Create()
