@@ -178,3 +178,15 @@ def test_only_the_first_sync_of_a_process_that_started_with_the_job_reads_the_di
     assert checkpoint.resumable() is False  # the launcher's private directory: read only after its restart
     monkeypatch.setenv("TFRING_ELASTIC_RESTART", "1")
     assert checkpoint.resumable() is True
+
+
+def test_a_state_that_cannot_be_pickled_is_said_once_and_the_job_goes_on(tmp_path, capsys):
+    path = str(tmp_path / "commit.h.pkl")
+    writer = checkpoint.Writer()
+    for _ in range(3):
+        writer.put(path, {"commit": 1, "snapshot": threading.Lock()})  # a lock cannot be pickled
+        assert writer.flush(10)
+    writer.put(path, {"commit": 2, "snapshot": "fine"})
+    assert writer.flush(10) and checkpoint.newest(str(tmp_path)) == (2, "fine")
+    err = capsys.readouterr().err
+    assert err.count("tfring.elastic: cannot write the commit to %s: " % path) == 1 and "lock" in err, err

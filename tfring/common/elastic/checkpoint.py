@@ -9,9 +9,9 @@
   hosts or may come to (a --host-discovery-script) write there, and only that launcher's restart reads it.
 
 Each host's first rank writes one file, `commit.<host>.pkl` (a relaunch reads its own host's, or every host's when
-DIR is shared, and takes the newest). The snapshot is pickled at the commit, so later steps cannot change what is
-written; the bytes go to a temporary file, fsync'd, then renamed over the old one, so a reader never sees half a
-commit and a crash mid-write leaves the previous one. The files are pickles: a DIR only the job's user can write."""
+DIR is shared, and takes the newest). The writer pickles the snapshot (a commit's own copies, which later steps
+never change) to a temporary file, fsync'd, then renamed over the old one, so a reader never sees half a commit
+and a crash mid-write leaves the previous one. The files are pickles: a DIR only the job's user can write."""
 import atexit
 import glob
 import os
@@ -25,7 +25,6 @@ from tfring.common.elastic.membership import host_name
 COMMIT_DIR = "TFRING_COMMIT_DIR"
 FLUSH_SECONDS = 120  # at exit, the longest wait for the last commit to reach the disk
 _first_sync = []
-_unpicklable = []
 _writer = None
 _lock = threading.Lock()
 
@@ -43,26 +42,17 @@ def directory():
 def save(snapshot, commit):
     """Hands commit number `commit` (`snapshot`, a picklable dict) to this process's writer, if this rank is its
     host's first and commits go to disk: always with a commit directory, else when the job spans hosts or has a
-    discovery script. With a commit directory it returns once the snapshot is pickled (the writing happens in the
-    background); into the launcher's private one, once it is written."""
-    import cloudpickle
-
+    discovery script. With a commit directory it returns at once (pickling and writing happen in the background);
+    into the launcher's private one, once the commit is written."""
     path = directory()
     if path is None or topology.local_rank() != 0:
         return
     if durable_directory() is None and not (topology.cross_size() >= 2 or
                                             os.environ.get(launch_env.ELASTIC_DISCOVERY) == "1"):
         return
-    try:
-        data = cloudpickle.dumps({"commit": commit, "snapshot": snapshot, "size": topology.size(),
-                                  "time": time.time()})
-    except Exception as e:  # noqa: BLE001 - the job goes on (its commit in memory stands); said once
-        if not _unpicklable:
-            _unpicklable.append(e)
-            sys.stderr.write("tfring.elastic: this state cannot be pickled, so its commits are not written to %s: "
-                             "%s: %s\n" % (path, type(e).__name__, e))
-        return
-    writer().put(os.path.join(path, "commit.%s.pkl" % _host_tag()), data)
+    # Pickled by the writer: a snapshot is never changed after its commit (each save() makes new copies).
+    record = {"commit": commit, "snapshot": snapshot, "size": topology.size(), "time": time.time()}
+    writer().put(os.path.join(path, "commit.%s.pkl" % _host_tag()), record)
     if durable_directory() is None:  # the lost-host path: PRRTE ends the survivors with SIGTERM (no exit flush)
         writer().flush(FLUSH_SECONDS)
 
@@ -72,7 +62,11 @@ def _host_tag():
 
 
 def write_atomically(path, data):
-    """Writes `data` to `path` so that a reader sees the old file or the whole new one, even after a crash."""
+    """Writes `data` (bytes, or an object to pickle) to `path` so that a reader sees the old file or the whole new
+    one, even after a crash."""
+    if not isinstance(data, bytes):
+        import cloudpickle
+        data = cloudpickle.dumps(data)
     folder = os.path.dirname(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)  # on another host than the launcher's it may not exist yet
     tmp = "%s.%d.tmp" % (path, os.getpid())
@@ -140,7 +134,8 @@ class Writer:
             except Exception as e:  # noqa: BLE001 - the job goes on; said once per kind of failure, not per commit
                 if (type(e), getattr(e, "errno", None), path) not in self._warned:
                     self._warned.add((type(e), getattr(e, "errno", None), path))
-                    sys.stderr.write("tfring.elastic: cannot write the commit to %s: %s\n" % (path, e))
+                    sys.stderr.write("tfring.elastic: cannot write the commit to %s: %s: %s\n" % (
+                        path, type(e).__name__, e))
             finally:
                 with self._cond:
                     self._busy = False
