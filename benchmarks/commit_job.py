@@ -1,7 +1,8 @@
 """One launch of benchmarks/commit_cost.py: a torch MLP (--params weights) trained with tfring.torch at the launch's
 size, a TorchState commit every BENCH_COMMIT_EVERY steps (default 1); prints one JSON line from rank 0: the mean
 step time (commits included, amortized) and the median time of `state.commit()` itself. BENCH_COMMIT=0: no
-commit; BENCH_WAIT_FOR_DISK=1: each step also waits until its commit is on disk (what the step would pay if the write were not in the background)."""
+commit; BENCH_WAIT_FOR_DISK=1: each step also waits until its commit is on disk (what the step would pay if the
+write were not in the background)."""
 import json
 import os
 import statistics
