@@ -190,3 +190,48 @@ def test_a_state_that_cannot_be_pickled_is_said_once_and_the_job_goes_on(tmp_pat
     assert writer.flush(10) and checkpoint.newest(str(tmp_path)) == (2, "fine")
     err = capsys.readouterr().err
     assert err.count("tfring.elastic: cannot write the commit to %s: " % path) == 1 and "lock" in err, err
+
+
+def test_a_job_started_again_takes_up_the_commit_at_its_first_sync_only(tmp_path, monkeypatch, capsys):
+    import cloudpickle
+
+    from tfring.common.elastic import state as state_module
+    from tfring.common.elastic import world
+    monkeypatch.setattr(world, "rank_is_root", lambda: True)
+    monkeypatch.setattr(checkpoint, "_first_sync", [])
+    monkeypatch.setenv("TFRING_COMMIT_DIR", str(tmp_path))
+    (tmp_path / "commit.h.pkl").write_bytes(cloudpickle.dumps(
+        {"commit": 6, "snapshot": {"objects": {"epoch": 3, "batch": 7}}}))
+    sent = []
+    state = state_module.ObjectState(bcast_object=lambda obj: sent.append(obj) or obj, epoch=0, batch=0, lr=0.1)
+    state.sync()
+    assert (state.epoch, state.batch, state.lr, state._commits) == (3, 7, 0.1, 6)  # lr: added since the commit
+    assert sent[0] is None  # every rank learnt that the resume worked
+    assert "tfring.elastic: resuming from commit 6 in %s" % tmp_path in capsys.readouterr().err
+    state.lr = 0.5
+    state.restore()
+    assert (state.epoch, state.lr) == (3, 0.1)  # lr is part of the state still: it rolls back too
+    saved = []
+    monkeypatch.setattr(checkpoint, "save", lambda snapshot, commit: saved.append(commit))
+    state.epoch = 4
+    state.commit()
+    assert saved == [7]  # numbered on from the commit taken up
+    state.restore()
+    state.sync()  # a later sync (after a failure or a growth): the commit in memory, not the disk
+    assert (state.epoch, state._commits) == (4, 7)
+
+
+def test_a_commit_that_cannot_be_taken_up_fails_every_rank_naming_the_directory(tmp_path, monkeypatch):
+    import cloudpickle
+
+    from tfring.common.elastic import state as state_module
+    from tfring.common.elastic import world
+    monkeypatch.setattr(world, "rank_is_root", lambda: True)
+    monkeypatch.setattr(checkpoint, "_first_sync", [])
+    monkeypatch.setenv("TFRING_COMMIT_DIR", str(tmp_path))
+    (tmp_path / "commit.h.pkl").write_bytes(cloudpickle.dumps({"commit": 2, "snapshot": {"not objects": 1}}))
+    sent = []
+    state = state_module.ObjectState(bcast_object=lambda obj: sent.append(obj) or obj, epoch=0)
+    with pytest.raises(RuntimeError, match=r"cannot resume from the commit in %s: KeyError" % tmp_path):
+        state.sync()
+    assert sent and "KeyError" in sent[0]  # the error travels to every rank before anyone raises

@@ -190,6 +190,14 @@ def resumable():
 def load():
     """Rank 0 at a resumable job's first sync: the newest commit to resume from, (commit, snapshot), or None."""
     folder = directory()
+    try:
+        mode = os.stat(folder)
+        if mode.st_mode & 0o022 or mode.st_uid != os.getuid():  # its pickles run code when loaded
+            sys.stderr.write("tfring.elastic: warning: %s is writable by others than this user (mode %o, owner %d): "
+                             "anyone who can write there can run code in this job\n" % (
+                                 folder, mode.st_mode & 0o777, mode.st_uid))
+    except OSError:
+        pass
     found = newest(folder)
     if durable_directory():
         sys.stderr.write("tfring.elastic: resuming from commit %d in %s\n" % (found[0], folder) if found else

@@ -154,7 +154,8 @@ class ObjectState(State):
         return {"objects": self._saved_state}
 
     def _load_snapshot(self, snapshot):
-        self._saved_state = snapshot["objects"]
+        # An attribute added since the commit keeps its initial value.
+        self._saved_state = dict(self._saved_state, **snapshot["objects"])
 
     def restore(self):
         self._set_attrs()

@@ -71,7 +71,12 @@ class VariablesState(ObjectState):
 
     def _load_snapshot(self, snapshot):
         super()._load_snapshot(snapshot)
-        self._values = snapshot["values"]
+        values, tracked = snapshot["values"] or [], self._tracked()
+        shapes = [tuple(v.shape) for v in tracked]
+        if [tuple(getattr(x, "shape", ())) for x in values] != shapes:  # another model than the one committed
+            raise ValueError("the commit holds %d variables of shapes %s; this model has %d of shapes %s" % (
+                len(values), [tuple(getattr(x, "shape", ())) for x in values][:8], len(shapes), shapes[:8]))
+        self._values = values
 
     def sync(self):
         self._resume_after_restart()
