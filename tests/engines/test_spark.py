@@ -309,3 +309,56 @@ def test_more_ranks_than_the_cluster_can_run_at_once_fail_within_the_start_timeo
     with pytest.raises(TimeoutError, match=r"only 0 of 4 slots started within 5 s.*all 4 must run at once"):
         tfring.spark.run(_whoami, num_proc=4, start_timeout=5)
     assert time.monotonic() - start < 30
+
+
+def _train_with_commits(steps):
+    # Full-batch SGD on 8 rows (4 a rank), a commit a step: a run started again with TFRING_COMMIT_DIR goes on from
+    # the commit the last one left there.
+    import torch
+
+    import tfring.torch as hvd
+    hvd.init()
+    x = torch.arange(32, dtype=torch.float32).reshape(8, 4) / 32
+    y = x.sum(1, keepdim=True)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model, opt, step=0)
+    first = []
+
+    @hvd.elastic.run
+    def train(state):
+        first.append(state.step)
+        mine = slice(hvd.rank(), None, hvd.size())
+        while state.step < steps:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
+            opt.step()
+            state.step += 1
+            state.commit()
+    train(state)
+    return first[0], state.step, [p.detach().tolist() for p in model.parameters()]
+
+
+def test_a_run_started_again_with_a_commit_dir_resumes_from_its_commits(spark, tmp_path):
+    # The engines' --commit-dir (#45 item 4): TFRING_COMMIT_DIR in the ranks' environment.
+    torch = pytest.importorskip("torch")
+    import tfring.spark
+    from tfring.common.elastic import checkpoint
+    env = {"TFRING_COMMIT_DIR": str(tmp_path)}
+    first = tfring.spark.run(_train_with_commits, args=(4,), num_proc=2, start_timeout=60, env=env)
+    assert [r[:2] for r in first] == [(0, 4), (0, 4)] and checkpoint.newest(str(tmp_path))[0] == 4
+    again = tfring.spark.run(_train_with_commits, args=(10,), num_proc=2, start_timeout=60, env=env)
+    assert [r[:2] for r in again] == [(4, 10), (4, 10)]  # from the commit of step 4, on both ranks
+    assert again[0][2] == again[1][2]
+    x = torch.arange(32, dtype=torch.float32).reshape(8, 4) / 32
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(10):  # one process on the whole batch, 10 steps in one go
+        sgd.zero_grad()
+        torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
+        sgd.step()
+    for got, want in zip(again[0][2], model.parameters()):
+        torch.testing.assert_close(torch.tensor(got), want.detach(), rtol=1e-5, atol=1e-6)
