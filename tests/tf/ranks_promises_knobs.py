@@ -200,6 +200,15 @@ def test_stall_check_disable_means_no_warning_and_no_deadline(capfd):
     assert "stall" not in err, err
 
 
+def test_every_rank_uses_rank_0s_fusion_threshold():
+    # Fusion decides how many MPI calls a cycle makes: ranks with different environments must still agree.
+    with runtime(TFRING_FUSION_THRESHOLD=(1 + R) << 20):
+        hvd.allreduce(tf.ones([2]), name="first_after_init")  # the first cycle ships rank 0's settings
+        tunables = hvd.tunables()
+        assert tunables[0] == 1 << 20, tunables
+        assert hvd.allgather_object(tunables) == [tunables] * N
+
+
 def test_log_level_debug_logs_the_settings_in_force(capfd):
     with runtime(TFRING_LOG_LEVEL="debug", TFRING_FUSION_THRESHOLD=12345, TFRING_CYCLE_TIME=3):
         hvd.allreduce(tf.ones([1]), name="log_knob")
