@@ -141,6 +141,20 @@ def ccache():
     return here if os.access(here, os.X_OK) else shutil.which("ccache")
 
 
+def one_process_sgd(x, y, steps, lr):
+    """What a data-parallel torch job of full-batch SGD on a torch.nn.Linear (seed 0, mean-squared error) computes at
+    any size, restarted or not: one process on the whole batch. Returns the model's state_dict."""
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Linear(x.shape[1], 1)
+    sgd = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        sgd.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        sgd.step()
+    return model.state_dict()
+
+
 def hosts_unavailable(reason):
     """The emulated-host tests (the only tests of hierarchical collectives, multi-host elastic jobs and cross-host
     slots) skip where network namespaces cannot be made; where they must run (.ci/run as root sets

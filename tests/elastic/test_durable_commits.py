@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, kill_session, rank_env
+from conftest import ROOT, kill_session, one_process_sgd, rank_env
 from tfring.common.elastic import checkpoint
 from tfring.runner import checks
 from tfring.runner.flags import UsageError, build_parser
@@ -81,19 +81,11 @@ def test_a_job_lost_as_a_whole_resumes_from_its_last_commit_on_disk(tmp_path):
         assert mine == list(range(on_disk + 1, 41)), mine  # from the commit on, nothing redone or skipped
     finals = [torch.load(f) for f in sorted(glob.glob(str(tmp_path / "b" / "final.*.pt")))]
     assert len(finals) == 2 and all(f["step"] == 40 and f["size"] == 2 for f in finals)
-    # One process on the whole batch, 40 steps: what the job computes at any size, restarted or not.
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator().manual_seed(0)  # commit_job.py's data
     x = torch.randn(12, 8, generator=generator)
-    y = x @ torch.randn(8, 1, generator=generator)
-    torch.manual_seed(0)
-    model = torch.nn.Linear(8, 1)
-    sgd = torch.optim.SGD(model.parameters(), lr=0.05)
-    for _ in range(40):
-        sgd.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        sgd.step()
+    want = one_process_sgd(x, x @ torch.randn(8, 1, generator=generator), 40, 0.05)
     for f in finals:
-        for name, value in model.state_dict().items():
+        for name, value in want.items():
             torch.testing.assert_close(f["params"][name], value, rtol=1e-5, atol=1e-6)
     assert checkpoint.newest(str(commits))[0] == 40
 
@@ -163,10 +155,10 @@ def test_commit_dir_flag_is_made_absolute_created_and_passed_to_the_ranks(tmp_pa
 
 def test_only_the_first_sync_of_a_process_that_started_with_the_job_reads_the_disk(monkeypatch):
     from tfring.common.elastic import membership
-    monkeypatch.setattr(checkpoint, "_first_sync", [])
+    monkeypatch.setattr(checkpoint, "_synced", False)
     assert checkpoint.first_sync() is True  # the job's first sync: every rank alike
     assert checkpoint.first_sync() is False  # after a failure or a growth: the commit in memory is newer
-    monkeypatch.setattr(checkpoint, "_first_sync", [])
+    monkeypatch.setattr(checkpoint, "_synced", False)
     monkeypatch.setattr(membership, "_spawned", [True])
     assert checkpoint.first_sync() is False  # a rank a growth added: the others' n-th sync
     monkeypatch.setenv("TFRING_COMMIT_DIR", "/somewhere")
@@ -197,7 +189,7 @@ def test_a_job_started_again_takes_up_the_commit_at_its_first_sync_only(tmp_path
     from tfring.common.elastic import state as state_module
     from tfring.common.elastic import world
     monkeypatch.setattr(world, "rank_is_root", lambda: True)
-    monkeypatch.setattr(checkpoint, "_first_sync", [])
+    monkeypatch.setattr(checkpoint, "_synced", False)
     monkeypatch.setenv("TFRING_COMMIT_DIR", str(tmp_path))
     (tmp_path / "commit.h.pkl").write_bytes(cloudpickle.dumps(
         {"commit": 6, "snapshot": {"objects": {"epoch": 3, "batch": 7}}}))
@@ -226,7 +218,7 @@ def test_a_commit_that_cannot_be_taken_up_fails_every_rank_naming_the_directory(
     from tfring.common.elastic import state as state_module
     from tfring.common.elastic import world
     monkeypatch.setattr(world, "rank_is_root", lambda: True)
-    monkeypatch.setattr(checkpoint, "_first_sync", [])
+    monkeypatch.setattr(checkpoint, "_synced", False)
     monkeypatch.setenv("TFRING_COMMIT_DIR", str(tmp_path))
     (tmp_path / "commit.h.pkl").write_bytes(cloudpickle.dumps({"commit": 2, "snapshot": {"not objects": 1}}))
     sent = []

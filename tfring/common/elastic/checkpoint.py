@@ -20,11 +20,12 @@ import threading
 import time
 
 from tfring.common import knobs, launch_env, topology
+from tfring.common.elastic import membership
 from tfring.common.elastic.membership import host_name
 
 COMMIT_DIR = "TFRING_COMMIT_DIR"
 FLUSH_SECONDS = 120  # at exit, the longest wait for the last commit to reach the disk
-_first_sync = []
+_synced = False  # this process's first sync happened
 _writer = None
 _lock = threading.Lock()
 
@@ -44,16 +45,16 @@ def save(snapshot, commit):
     host's first and commits go to disk: always with a commit directory, else when the job spans hosts or has a
     discovery script. With a commit directory it returns at once (pickling and writing happen in the background);
     into the launcher's private one, once the commit is written."""
-    path = directory()
-    if path is None or topology.local_rank() != 0:
+    durable = durable_directory()
+    path = durable or os.environ.get(launch_env.ELASTIC_STATE_DIR)
+    if not path or topology.local_rank() != 0:
         return
-    if durable_directory() is None and not (topology.cross_size() >= 2 or
-                                            os.environ.get(launch_env.ELASTIC_DISCOVERY) == "1"):
+    if not durable and not (topology.cross_size() >= 2 or os.environ.get(launch_env.ELASTIC_DISCOVERY) == "1"):
         return
     # Pickled by the writer: a snapshot is never changed after its commit (each save() makes new copies).
     record = {"commit": commit, "snapshot": snapshot, "size": topology.size(), "time": time.time()}
     writer().put(os.path.join(path, "commit.%s.pkl" % _host_tag()), record)
-    if durable_directory() is None:  # the lost-host path: PRRTE ends the survivors with SIGTERM (no exit flush)
+    if not durable:  # the lost-host path: PRRTE ends the survivors with SIGTERM (no exit flush)
         writer().flush(FLUSH_SECONDS)
 
 
@@ -173,11 +174,10 @@ def newest(folder):
 def first_sync():
     """True at the first `sync()` of a process that started with the job (every rank alike: the job's first sync,
     or a restarted job's); False afterwards and in a process a growth added (whose first sync is the others' n-th)."""
-    from tfring.common.elastic import membership
-
-    if _first_sync:
+    global _synced
+    if _synced:
         return False
-    _first_sync.append(True)
+    _synced = True
     return not membership.spawned()
 
 
