@@ -98,6 +98,16 @@ def per_file_results(report, files):
     return counts
 
 
+# The Keras 3 rank files (any backend): they join each binding's own launches (tests/tf/test_ranks.py,
+# tests/jx/test_jax_ranks.py, tests/pt/test_torch_ranks.py) under KERAS_BACKEND=tensorflow, jax and torch, so a
+# backend costs no launch of its own; KERAS3_ENV is what those launches set for them.
+KERAS3_FILES = ["tests/keras3/ranks_keras.py", "tests/keras3/ranks_keras_more.py"]
+
+
+def keras3_env(backend):
+    return {"KERAS_BACKEND": backend, "TF_USE_LEGACY_KERAS": "0", "TFRING_DYNAMIC_PROCESS_SETS": "1"}
+
+
 def run_rank_pytest(np_, test_file, timeout=600, extra_env=None):
     """Each rank runs the same pytest file(s) (a path or a list) in the same order, in one launch. Fails unless
     every file passed tests and failed none on every rank (each rank writes a junit report): a file that collects
@@ -225,8 +235,8 @@ def xdist_unit(nodeid):
 
 
 # The longest launches (30-100 s each on this machine): started first under xdist.
-LONGEST = ("tests/tf/test_ranks.py", "tests/keras3/test_keras_backends.py", "tests/cc/test_gpu_build.py",
-           "tests/jx/test_jax_ranks.py", "tests/elastic/test_keras_elastic.py")
+LONGEST = ("tests/tf/test_ranks.py", "tests/jx/test_jax_ranks.py", "tests/elastic/test_keras_elastic.py",
+           "tests/pt/test_torch_ranks.py", "tests/cc/test_gpu_build.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,20 +1,26 @@
 """Rank side of the hierarchical-collective tests (tests/hosts/test_multihost.py runs it across emulated hosts with
 TFRING_HIERARCHICAL_ALLREDUCE/ALLGATHER=1). Every rank checks every value against what the flat collectives give:
-bitwise for integers, within float tolerance otherwise. HOST_OF lists each rank's host, as the launch placed it."""
+bitwise for integers, within float tolerance otherwise. HOST_OF lists each rank's host, as the launch placed it.
+Through tfring.torch: the hierarchical paths are the core's, the same for every binding, and torch's import costs
+each of the 4 ranks a third of TensorFlow's."""
 import json
 import os
 import socket
 
 import numpy as np
 import pytest
-import tensorflow as tf
+import torch
 
-import tfring as hvd
+import tfring.torch as hvd
 
 SUBSET = hvd.ProcessSet([0, 1, 3])  # spans both hosts, with two ranks on one of them, in every layout used
 hvd.init(process_sets=[SUBSET])
 R, N = hvd.rank(), hvd.size()
 HOST_OF = [int(h) for h in os.environ["HOST_OF"].split(",")]
+
+
+def T(x):
+    return torch.from_numpy(np.ascontiguousarray(x))
 
 
 def inputs(dtype, n, rank):
@@ -37,7 +43,7 @@ def test_topology_is_the_hosts():
                                    np.float16])
 @pytest.mark.parametrize("n", [1, 3, 1001, 300000])  # fewer elements than a host's ranks; odd shards; direct path
 def test_allreduce_sum_matches_flat(dtype, n):
-    got = hvd.allreduce(tf.constant(inputs(dtype, n, R)), op=hvd.Sum, name="sum_%s_%d" % (np.dtype(dtype).name, n))
+    got = hvd.allreduce(T(inputs(dtype, n, R)), op=hvd.Sum, name="sum_%s_%d" % (np.dtype(dtype).name, n))
     if np.dtype(dtype).kind in "iu":  # integer sums wrap the same in any order: bitwise equal
         want = sum(inputs(dtype, n, r).astype(np.int64) for r in range(N)).astype(dtype)
         np.testing.assert_array_equal(got.numpy(), want)
@@ -49,7 +55,7 @@ def test_allreduce_sum_matches_flat(dtype, n):
 @pytest.mark.parametrize("op,fn", [(hvd.Min, np.min), (hvd.Max, np.max), (hvd.Product, np.prod)])
 def test_allreduce_min_max_product(op, fn):
     stack = np.stack([inputs(np.int64, 999, r) % 5 + 1 for r in range(N)])
-    got = hvd.allreduce(tf.constant(stack[R]), op=op)
+    got = hvd.allreduce(T(stack[R]), op=op)
     np.testing.assert_array_equal(got.numpy(), fn(stack, axis=0))
 
 
@@ -64,7 +70,7 @@ def test_average_and_scales_match_flat(dtype, n, subset):
         return
     floats = np.dtype(dtype).kind == "f"
     scales = dict(prescale_factor=2.0, postscale_factor=3.0) if floats else {}
-    got = hvd.allreduce(tf.constant(inputs(dtype, n, R)), op=hvd.Average, process_set=SUBSET if subset else None,
+    got = hvd.allreduce(T(inputs(dtype, n, R)), op=hvd.Average, process_set=SUBSET if subset else None,
                         name="avg_%s_%d_%d" % (np.dtype(dtype).name, n, subset), **scales).numpy()
     total = sum(inputs(dtype, n, r).astype(np.float64 if floats else np.int64) for r in ranks)
     if floats:
@@ -76,7 +82,7 @@ def test_average_and_scales_match_flat(dtype, n, subset):
 
 def test_grouped_allreduce_fused():
     shapes = [[3], [17, 2], [1], [1000]]
-    xs = [tf.constant(inputs(np.int32, int(np.prod(s)), R + i).reshape(s)) for i, s in enumerate(shapes)]
+    xs = [T(inputs(np.int32, int(np.prod(s)), R + i).reshape(s)) for i, s in enumerate(shapes)]
     got = hvd.grouped_allreduce(xs, op=hvd.Sum)
     for i, (s, g) in enumerate(zip(shapes, got)):
         want = sum(inputs(np.int32, int(np.prod(s)), r + i).astype(np.int64) for r in range(N)).astype(np.int32)
@@ -87,14 +93,14 @@ def test_grouped_allreduce_fused():
 def test_allgather_rank_order_with_uneven_rows(dtype):
     rows = lambda r: (r * 2 + 1) if r != 1 else 0  # noqa: E731  rank 1 contributes no rows
     mine = np.full([rows(R), 3], R + 1, dtype=dtype) + np.arange(3, dtype=dtype)
-    got = hvd.allgather(tf.constant(mine)).numpy()
+    got = hvd.allgather(T(mine)).numpy()
     want = np.concatenate([np.full([rows(r), 3], r + 1, dtype=dtype) + np.arange(3, dtype=dtype) for r in range(N)])
     np.testing.assert_array_equal(got, want)
 
 
 def test_allgather_large():
     mine = np.full([50000, 4], R, dtype=np.float32)
-    got = hvd.allgather(tf.constant(mine)).numpy()
+    got = hvd.allgather(T(mine)).numpy()
     np.testing.assert_array_equal(got[:, 0], np.repeat(np.arange(N, dtype=np.float32), 50000))
 
 
@@ -102,18 +108,18 @@ def test_process_set_across_hosts():
     if R not in SUBSET.ranks:
         assert not SUBSET.included()
         return
-    got = hvd.allreduce(tf.constant(inputs(np.int64, 513, R)), op=hvd.Sum, process_set=SUBSET)
+    got = hvd.allreduce(T(inputs(np.int64, 513, R)), op=hvd.Sum, process_set=SUBSET)
     want = sum(inputs(np.int64, 513, r) for r in SUBSET.ranks)
     np.testing.assert_array_equal(got.numpy(), want)
-    got = hvd.allgather(tf.constant([[R] * 2] * (R + 1)), process_set=SUBSET).numpy()
+    got = hvd.allgather(T([[R] * 2] * (R + 1)), process_set=SUBSET).numpy()
     np.testing.assert_array_equal(got[:, 0], np.repeat(SUBSET.ranks, [r + 1 for r in SUBSET.ranks]))
 
 
 def test_timeline_shows_the_hierarchical_path():
     """The values above would also be right on the flat path: rank 0's timeline shows which one ran."""
     path = os.environ["TL_PATH"]
-    hvd.allreduce(tf.ones([10]), name="tl_probe")
-    hvd.allgather(tf.ones([2, 2]), name="tl_probe_gather")
+    hvd.allreduce(torch.ones([10]), name="tl_probe")
+    hvd.allgather(torch.ones([2, 2]), name="tl_probe_gather")
     hvd.stop_timeline()
     if R != 0:
         return

@@ -115,6 +115,7 @@ def test_cut_link_ends_the_job_within_30_seconds(hosts, tmp_path):
 def test_hierarchical_collectives_equal_flat(hosts, tmp_path, hosts_arg, mpi_args, host_of):
     """tests/hosts/ranks_hierarchical.py on 4 ranks over 2-3 emulated hosts: values equal the flat collectives'
     on every rank, and rank 0's timeline shows the hierarchical path ran."""
+    pytest.importorskip("torch", reason="the ranks use tfring.torch (the lightest binding to import)")
     tl = tmp_path / "tl.json"
     proc = tfringrun_on_h1(hosts, ["--hierarchical-allreduce", "--hierarchical-allgather", "--timeline-filename",
                                    str(tl), "--mpi-args", mpi_args, "python", "-m", "pytest", "-q", "-x",

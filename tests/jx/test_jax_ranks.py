@@ -1,21 +1,23 @@
-"""tfring.jax on real ranks: the rank-side files in tests/jx run under mpirun at np=2 and np=3 (process sets: a
-set of two ranks at np=3), all in one pytest process per np; every rank checks its own values. (Not tests/jax/:
+"""tfring.jax on real ranks: the rank-side files in tests/jx and the Keras 3 ones on the jax backend
+(conftest.KERAS3_FILES) run under mpirun at np=2 and np=3 (process sets: a set of two ranks at np=3), all in one
+pytest process per np; every rank checks its own values. (Not tests/jax/:
 that directory would be importable as a namespace package `jax` where jax is not installed.)"""
 import pytest
 
-from conftest import run_rank_pytest
+from conftest import KERAS3_FILES, keras3_env, run_rank_pytest
 
 pytestmark = pytest.mark.slow  # real ranks under mpirun
 
 pytest.importorskip("jax", reason="jax is not installed: tfring.jax is not built or tested")
 pytest.importorskip("optax", reason="optax is not installed (the jax extra)")
 
-FILES = ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "monitor", "errors", "stall")]
+FILES = ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "monitor")] + KERAS3_FILES + [
+    "tests/jx/ranks_jax_%s.py" % name for name in ("errors", "stall")]
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_jax_ranks(np_):
-    run_rank_pytest(np_, FILES, timeout=900, extra_env={"TFRING_DYNAMIC_PROCESS_SETS": "1"})
+    run_rank_pytest(np_, FILES, timeout=900, extra_env=keras3_env("jax"))
 
 
 def test_jax_digits_example_reaches_95_percent_at_np2():

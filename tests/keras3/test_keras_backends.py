@@ -1,31 +1,24 @@
-"""tfring.keras on every Keras backend: the rank-side files in tests/keras3 run under mpirun with
-KERAS_BACKEND=tensorflow, jax and torch, at np=2 and np=3 (one pytest process per rank per launch); every rank
-checks its own values. (Not tests/keras/: that directory could be imported as a namespace package `keras`.)"""
+"""tfring.keras on every Keras backend. Its rank-side files (tests/keras3/ranks_*.py, conftest.KERAS3_FILES) run in
+each binding's own launches at np=2 and np=3 with KERAS_BACKEND=tensorflow (tests/tf/test_ranks.py), jax
+(tests/jx/test_jax_ranks.py) and torch (tests/pt/test_torch_ranks.py): one pytest process per rank, every rank
+checks its own values. Here: the README's main job on the jax and torch backends. (Not tests/keras/: that directory
+could be imported as a namespace package `keras`.)"""
 import importlib.util
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, rank_env, run_rank_pytest
+from conftest import ROOT, rank_env
 
 pytestmark = pytest.mark.slow  # real ranks under mpirun
 
-FILES = ["tests/keras3/ranks_keras.py", "tests/keras3/ranks_keras_more.py"]
-BACKENDS = {"tensorflow": "tensorflow", "jax": "optax", "torch": "torch"}  # backend -> what its binding needs
+BACKENDS = {"jax": "optax", "torch": "torch"}  # backend -> what its binding needs besides itself
 
 
 def _need(backend):
     if importlib.util.find_spec(BACKENDS[backend]) is None or importlib.util.find_spec(backend) is None:
         pytest.skip("the %s backend's packages are not installed" % backend)
-
-
-@pytest.mark.parametrize("np_", [2, 3])
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
-def test_keras_recipe_on_every_backend(backend, np_):
-    _need(backend)
-    run_rank_pytest(np_, FILES, timeout=900, extra_env={"KERAS_BACKEND": backend, "TF_USE_LEGACY_KERAS": "0",
-                                                        "TFRING_DYNAMIC_PROCESS_SETS": "1"})
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])

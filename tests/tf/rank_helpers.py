@@ -65,16 +65,20 @@ def restarted(env=None, process_sets=None, start=True):
     rank's shutdown ends the collectives still running on the others (e.g. among a set this rank is not in).
 
     Args:
-        env: variables set while the file runs (restored afterwards).
+        env: variables set while the file runs (None: removed), restored afterwards.
         process_sets: passed to init().
         start: init() before the file's tests (False: they start with tfring shut down and init it themselves).
     """
     from mpi4py import MPI
-    env = {k: str(v) for k, v in (env or {}).items()}
+    env = {k: None if v is None else str(v) for k, v in (env or {}).items()}
     saved = {k: os.environ.get(k) for k in env}
     all_ranks_here()
     hvd.shutdown()
-    os.environ.update(env)
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         if start:
             hvd.init(process_sets=process_sets)

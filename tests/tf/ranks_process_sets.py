@@ -24,8 +24,10 @@ ME = MEMBERS.index(R)
 
 @pytest.fixture(scope="module", autouse=True)
 def runtime():
-    # The stall deadline serves the stall test below; nothing else may stall.
-    with restarted(env={"TFRING_STALL_SHUTDOWN_TIME_SECONDS": "5"}, process_sets=[even_set, odd_set]):
+    # The stall deadline serves the stall test below; nothing else may stall. Static sets only (the launch allows
+    # dynamic ones for other files): adding one must be refused.
+    with restarted(env={"TFRING_STALL_SHUTDOWN_TIME_SECONDS": "5", "TFRING_DYNAMIC_PROCESS_SETS": "0"},
+                   process_sets=[even_set, odd_set]):
         yield
 
 

@@ -12,7 +12,8 @@ R, N = init()
 
 @pytest.fixture(scope="module", autouse=True)
 def runtime():
-    with restarted(env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"}):  # the Horovod alias must work too
+    # The Horovod alias must work too: the launch's own TFRING_DYNAMIC_PROCESS_SETS=1 is taken away meanwhile.
+    with restarted(env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1", "TFRING_DYNAMIC_PROCESS_SETS": None}):
         yield
 
 

@@ -10,7 +10,9 @@ header and summary line).
 
 Groups:
 - main: every file but the tf_keras ones, at np=2 and np=3 (averages at an odd size, power-of-two paths at 2;
-  process sets {0, 2}/{1} and {0, 1}/{2} at 3).
+  process sets {0, 2}/{1} and {0, 1}/{2} at 3), and the Keras 3 rank files (conftest.KERAS3_FILES) on the
+  tensorflow backend. Dynamic process sets are allowed, as in every binding's launch (ranks_process_sets.py
+  turns them off for itself).
 - process_sets: the ranks_process_sets*.py files again at np=4, so that every set has two ranks or more (the
   mismatch/stall test needs that; the others check sets of two ranks on both sides).
 - tf_keras: its own launch because TF_USE_LEGACY_KERAS=1 must be in the environment before TensorFlow/Keras is
@@ -25,16 +27,16 @@ import os
 
 import pytest
 
-from conftest import ROOT, run_rank_pytest
+from conftest import KERAS3_FILES, ROOT, keras3_env, run_rank_pytest
 
 pytestmark = pytest.mark.slow  # real ranks under mpirun
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(HERE, "ranks_*.py")))
 TF_KERAS = [f for f in FILES if "tf_keras" in f]
-MAIN = [f for f in FILES if f not in TF_KERAS]
+MAIN = [f for f in FILES if f not in TF_KERAS] + KERAS3_FILES
 PROCESS_SETS = [f for f in FILES if "process_sets" in f]
 # (group, files, np, extra environment); a launch takes 30-100 s on a 2-core machine
-KERAS_3, LEGACY = {"TF_USE_LEGACY_KERAS": "0"}, {"TF_USE_LEGACY_KERAS": "1"}
+KERAS_3, LEGACY = keras3_env("tensorflow"), {"TF_USE_LEGACY_KERAS": "1"}
 CASES = [("main", MAIN, 2, KERAS_3), ("main", MAIN, 3, KERAS_3), ("process_sets", PROCESS_SETS, 4, KERAS_3),
          ("tf_keras", TF_KERAS, 3, LEGACY)]
 
