@@ -1,5 +1,5 @@
 """Keras 3 DistributedOptimizer and callbacks on real ranks, compared with single-process references: the same
-file under KERAS_BACKEND=tensorflow, jax and torch (tests/keras3/test_keras_backends.py)."""
+file under KERAS_BACKEND=tensorflow, jax and torch (in each binding's launches: conftest.KERAS3_FILES)."""
 import os
 
 import keras
