@@ -243,7 +243,8 @@ def xdist_unit(nodeid):
     return path if path.startswith("tests/engines/") else nodeid
 
 
-# The longest launches (30-100 s each on this machine): started first under xdist.
+# The longest launches (30-100 s each on this machine): first among the single-test units under xdist (its
+# LoadScope scheduler hands out the units of several tests, the engines' and the hosts', before those).
 LONGEST = ("tests/tf/test_ranks.py", "tests/jx/test_jax_ranks.py", "tests/elastic/test_keras_elastic.py",
            "tests/pt/test_torch_ranks.py", "tests/cc/test_gpu_build.py")
 

@@ -54,6 +54,15 @@ def all_ranks_here():
         MPI.COMM_WORLD.Barrier()
 
 
+def _set_env(values):
+    """Sets each variable to its value; None removes it."""
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @contextlib.contextmanager
 def restarted(env=None, process_sets=None, start=True):
     """The runtime restarted for one rank file, then the plain one again for the next file of the launch.
@@ -74,11 +83,7 @@ def restarted(env=None, process_sets=None, start=True):
     saved = {k: os.environ.get(k) for k in env}
     all_ranks_here()
     hvd.shutdown()
-    for k, v in env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    _set_env(env)
     try:
         if start:
             hvd.init(process_sets=process_sets)
@@ -87,9 +92,5 @@ def restarted(env=None, process_sets=None, start=True):
         # MPI's barrier: the file's tests may have left tfring on a sub-communicator or shut down.
         MPI.COMM_WORLD.Barrier()
         hvd.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_env(saved)
         hvd.init()
