@@ -229,10 +229,10 @@ def pytest_make_collect_report(collector):
     _fail_required_skip(outcome.get_result())
 
 
-# Under pytest-xdist (README: `pytest -n 2`) tests run on two workers at once, a test at a time each, except for these,
-# which go to one worker together: the emulated hosts (network namespaces set up per module, named after the worker's
-# pid), Ray (one local cluster at a time, for both Ray files) and each engine file (its module-scoped Spark session
-# or trained model would otherwise be built once per worker). (Not xdist's `--dist loadgroup`: with pytest 9 it
+# Under pytest-xdist (README: `pytest -n 3`) tests run on three workers at once, a test at a time each, except for
+# these, which go to one worker together: the emulated hosts (network namespaces set up per module, named after the
+# worker's pid), Ray (one local cluster at a time, for both Ray files) and each engine file (its module-scoped Spark
+# session or trained model would otherwise be built once per worker). (Not xdist's `--dist loadgroup`: with pytest 9 it
 # no longer groups anything.)
 def xdist_unit(nodeid):
     path = nodeid.split("::")[0]
