@@ -17,7 +17,7 @@ from tfring.runner.processes import descendants, kill_session
 TRANSIENT_START_FAILURE = "The PMIx server's listener thread failed to start"
 
 
-def _failed_to_start(rc, relay):
+def failed_to_start(rc, relay):
     """Whether mpirun failed with TRANSIENT_START_FAILURE before any rank wrote or announced anything."""
     text = " ".join(line.strip() for line in relay.untagged)
     return rc > 0 and not relay.ranks_spoke and TRANSIENT_START_FAILURE in text
@@ -114,7 +114,7 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
             relay = Relay(output_dir, timestamp_output, timestamp_logs)
             current[0] = _Mpirun(cmd, env, relay, start_timeout, num_ranks)
             rc = current[0].wait(stdout, stderr)
-            if stopping or attempt or not _failed_to_start(rc, relay):
+            if stopping or attempt or not failed_to_start(rc, relay):
                 break
             stderr.write("%stfringrun: Open MPI failed before starting any rank (%s); starting the job again\n" % (
                 stamp() + " " if timestamp_logs else "", TRANSIENT_START_FAILURE))

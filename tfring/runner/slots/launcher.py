@@ -17,6 +17,7 @@ from tfring.runner.output import Relay, failure_summary
 from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.net import route_address
 from tfring.runner.slots.service import LOCAL_HOST
+from tfring.runner.supervise import TRANSIENT_START_FAILURE, failed_to_start
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXIT_DEADLINE = 30.0  # seconds /exit is retried without an acknowledgement (the status polls still carry it)
@@ -110,18 +111,22 @@ class Launcher:
             # (TFRING_SLOT_HOST_ID tests) leave PRRTE its default choice.
             if len(spec["hosts"]) > 1 and not any(n.startswith("127.") for n in networks):
                 extra += ["--mca", "oob_tcp_if_include", include]
-        self.cmd = cmd[:1] + extra + cmd[1:]
-        self.relay = Relay()
-        self.relay.expected, self.np, self.start_timeout = args.num_ranks, args.num_ranks, args.start_deadline
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+        self.cmd, self.env = cmd[:1] + extra + cmd[1:], env
+        self.np, self.start_timeout = args.num_ranks, args.start_deadline
+        self._spawn()
         self.out, self.err = _Forward(client, "stdout"), _Forward(client, "stderr")
         if args.verbose:
             self.err.write("tfring: %s\n" % " ".join(shlex.quote(c) for c in self.cmd))
         self.late = []
         threading.Thread(target=self._wait, daemon=True).start()
 
-    def _wait(self):
+    def _spawn(self):
+        self.relay = Relay()
+        self.relay.expected = self.np
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
+                                     start_new_session=True, preexec_fn=die_with_parent)
+
+    def _run_once(self):
         pumps = [threading.Thread(target=self.relay.pump, args=(self.proc.stdout, self.out), daemon=True),
                  threading.Thread(target=self.relay.pump, args=(self.proc.stderr, self.err), daemon=True)]
         for t in pumps:
@@ -133,6 +138,16 @@ class Launcher:
         for t in pumps:
             t.join(5)
         self.relay.close()
+        return rc
+
+    def _wait(self):
+        rc = self._run_once()
+        # As tfringrun does (supervise.py): Open MPI 5 sometimes fails in its own start-up; no rank ran, so once more.
+        if failed_to_start(rc, self.relay) and not self.closed.is_set():
+            self.err.write("tfring: Open MPI failed before starting any rank (%s); starting the job again\n"
+                           % TRANSIENT_START_FAILURE)
+            self._spawn()
+            rc = self._run_once()
         self.out.close()
         self.err.close()
         if self.late:
