@@ -20,7 +20,8 @@ KINDS = (  # (substring of the command line, kind), first match wins
     ("raylet", "Ray daemons"), ("gcs_server", "Ray daemons"), ("ray/_private", "Ray daemons"),
     ("ray/autoscaler", "Ray daemons"), ("default_worker.py", "Ray workers"), ("ray::", "Ray workers"),
     ("prterun", "mpirun/prted"), ("prted", "mpirun/prted"), ("tfring.runner", "tfringrun driver"),
-    ("execnet", "pytest-xdist worker"), ("-u -c", "pytest-xdist worker"), ("--junitxml=", "rank pytest (shared launch)"),
+    ("execnet", "pytest-xdist worker"), ("-u -c", "pytest-xdist worker"),
+    ("--junitxml=", "rank pytest (shared launch)"),
     ("pytest", "pytest"), ("examples/", "example"), ("g++", "compiler"), ("cc1plus", "compiler"), ("nvcc", "compiler"),
 )
 
