@@ -36,8 +36,8 @@ def kind(cmdline):
 
 class Sampler:
     def __init__(self):
-        self.start = {}  # (pid, create_time) -> CPU seconds at the first sight (processes older than the command)
-        self.last = {}  # (pid, create_time) -> [CPU seconds, kind, test]
+        # (pid, create_time) -> [CPU seconds at the first sight (0 for a process started since t0), now, kind, test]
+        self.seen = {}
         self.t0 = time.time()
 
     def sample(self):
@@ -46,24 +46,22 @@ class Sampler:
             if times is None:
                 continue
             key, cpu = (p.info["pid"], p.info["create_time"]), times.user + times.system
-            if key not in self.last:
-                self.start[key] = cpu if p.info["create_time"] < self.t0 else 0.0
-                try:
-                    test = p.environ().get("PYTEST_CURRENT_TEST", "").split("::")[0]
-                    self.last[key] = [cpu, kind(p.cmdline()), test]
-                except (psutil.Error, OSError):
-                    self.last[key] = [cpu, "?", ""]
-            else:
-                self.last[key][0] = cpu
+            if key in self.seen:
+                self.seen[key][1] = cpu
+                continue
+            try:
+                what = kind(p.cmdline()), p.environ().get("PYTEST_CURRENT_TEST", "").split("::")[0]
+            except (psutil.Error, OSError):
+                what = "?", ""
+            self.seen[key] = [cpu if p.info["create_time"] < self.t0 else 0.0, cpu] + list(what)
 
     def table(self, column):
         out = collections.defaultdict(lambda: [0, 0.0])
-        for key, (cpu, kind_, test) in self.last.items():
-            used = cpu - self.start[key]
-            if used > 0:
+        for first, cpu, kind_, test in self.seen.values():
+            if cpu > first:
                 row = out[(kind_, test or "(none)")[column]]
                 row[0] += 1
-                row[1] += used
+                row[1] += cpu - first
         return sorted(out.items(), key=lambda kv: -kv[1][1])
 
 

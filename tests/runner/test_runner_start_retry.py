@@ -2,7 +2,9 @@
 ran (the PMIx listener failure that made a CI run red), and only then. The "mpirun" here is a shell script that
 prints what Open MPI prints (the supervisor reads nothing else); no MPI is needed."""
 import io
+import os
 import sys
+import threading
 
 import pytest
 
@@ -57,49 +59,49 @@ def test_no_retry_once_a_rank_spoke_or_for_other_failures(tmp_path):
     assert "starting the job again" not in err
 
 
-class _Kept(io.StringIO):
-    def close(self):  # the launcher closes its streams when mpirun ended; the test reads them after
-        pass
-
-
-class _Driver:  # what the launcher reports its exit to (the slot job's driver service)
+class _Driver:  # the slot job's driver service, as slot 0's launcher reaches it: output and the exit report
     def __init__(self):
-        self.exits = []
+        self.output, self.exits, self.done = {"stdout": "", "stderr": ""}, [], threading.Event()
 
     def call(self, path, payload):
-        self.exits.append((path, payload))
+        if path == "/output":
+            self.output[payload["stream"]] += payload["data"]
+        else:
+            self.exits.append((path, payload))
+            self.done.set()
         return {"ack": True}
 
 
 def slot_launch(cmd):
-    """Slot 0's launcher (a Spark task's or Ray actor's) running `cmd` as its mpirun, to the end."""
-    import os
-    import threading
+    """Slot 0's launcher (a Spark task's or Ray actor's) with `cmd` as its mpirun, to its exit report; returns the
+    driver it reported to."""
+    from types import SimpleNamespace
     from tfring.runner.slots.launcher import Launcher
-    launch = Launcher.__new__(Launcher)  # its constructor builds a real mpirun command from the driver's spec
-    launch.client, launch.rc, launch.report, launch.late = _Driver(), None, None, []
-    launch.acked, launch.closed = threading.Event(), threading.Event()
-    launch.cmd, launch.env, launch.np, launch.start_timeout = cmd, dict(os.environ), 1, 0
-    launch.out, launch.err = _Kept(), _Kept()
-    launch._spawn()
-    launch._wait()
-    return launch
+
+    class Shell(Launcher):
+        def command(self, spec, secret):  # the real one builds an mpirun command line from the driver's spec
+            return cmd, dict(os.environ), SimpleNamespace(num_ranks=1, start_deadline=0, verbose=False)
+
+    driver = _Driver()
+    Shell(driver, spec=None, secret=None)
+    assert driver.done.wait(60), driver.output
+    return driver
 
 
 def test_a_slot_jobs_start_failure_is_retried_once_and_said(tmp_path):
     # Spark and Ray jobs (tfring.runner.slots) start mpirun from slot 0, not through tfringrun's supervisor.
     cmd, count = launcher(tmp_path, "cat $PMIX >&2; exit 213")
-    launch = slot_launch(cmd)
-    assert launch.rc == 0 and count.read_text().count("x") == 2, launch.err.getvalue()
-    assert launch.err.getvalue().count("tfring: Open MPI failed before starting any rank") == 1
-    assert "[0]<stdout>:trained" in launch.out.getvalue()
-    assert launch.client.exits == [("/exit", {"rc": 0, "summary": ""})]
+    driver = slot_launch(cmd)
+    assert driver.exits == [("/exit", {"rc": 0, "summary": ""})], driver.output
+    assert count.read_text().count("x") == 2
+    assert driver.output["stderr"].count("tfring: Open MPI failed before starting any rank") == 1, driver.output
+    assert "[0]<stdout>:trained" in driver.output["stdout"]
     fail = "cat $PMIX >&2; exit 213"  # twice: reported, not started a third time
     cmd, count = launcher(tmp_path, fail, then=fail)
-    launch = slot_launch(cmd)
-    assert launch.rc == 213 and count.read_text().count("x") == 2 and launch.client.exits[0][1]["rc"] == 213
+    driver = slot_launch(cmd)
+    assert driver.exits[0][1]["rc"] == 213 and count.read_text().count("x") == 2, driver.exits
     cmd, count = launcher(tmp_path, "echo '[1,0]<stdout>:step 1'; cat $PMIX >&2; exit 213")  # a rank ran
-    assert slot_launch(cmd).rc == 213 and count.read_text().count("x") == 1
+    assert slot_launch(cmd).exits[0][1]["rc"] == 213 and count.read_text().count("x") == 1
 
 
 @pytest.mark.slow  # a real 2-rank job

@@ -81,7 +81,8 @@ class Launcher:
             self.report = {"rc": LAUNCH_FAILED, "summary": "", "error": "%s: %s" % (type(e).__name__, e)}
             threading.Thread(target=self._post_exit, daemon=True).start()
 
-    def _start(self, spec, secret):
+    def command(self, spec, secret):
+        """(mpirun's command line, its environment, the tfringrun arguments as plan() completed them) for the spec."""
         client = self.client
         env = dict(os.environ if spec.get("env") is None else spec["env"])
         env.update({launch_env.SLOT_DRIVER: client.address, launch_env.SLOT_SECRET: secret,
@@ -111,10 +112,13 @@ class Launcher:
             # (TFRING_SLOT_HOST_ID tests) leave PRRTE its default choice.
             if len(spec["hosts"]) > 1 and not any(n.startswith("127.") for n in networks):
                 extra += ["--mca", "oob_tcp_if_include", include]
-        self.cmd, self.env = cmd[:1] + extra + cmd[1:], env
+        return cmd[:1] + extra + cmd[1:], env, args
+
+    def _start(self, spec, secret):
+        self.cmd, self.env, args = self.command(spec, secret)
         self.np, self.start_timeout = args.num_ranks, args.start_deadline
         self._spawn()
-        self.out, self.err = _Forward(client, "stdout"), _Forward(client, "stderr")
+        self.out, self.err = _Forward(self.client, "stdout"), _Forward(self.client, "stderr")
         if args.verbose:
             self.err.write("tfring: %s\n" % " ".join(shlex.quote(c) for c in self.cmd))
         self.late = []
