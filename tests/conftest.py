@@ -231,15 +231,17 @@ def pytest_make_collect_report(collector):
 
 # Under pytest-xdist (README: `pytest -n 3`) tests run on three workers at once, a test at a time each, except for
 # these, which go to one worker together: the emulated hosts (network namespaces set up per module, named after the
-# worker's pid), Ray (one local cluster at a time, for both Ray files) and each engine file (its module-scoped Spark
-# session or trained model would otherwise be built once per worker). (Not xdist's `--dist loadgroup`: with pytest 9 it
-# no longer groups anything.)
+# worker's pid), Ray (one local cluster at a time, for both Ray files), the Spark estimator files (one Spark session)
+# and each other engine file (its module-scoped Spark session or trained model would otherwise be built once per
+# worker). (Not xdist's `--dist loadgroup`: with pytest 9 it no longer groups anything.)
 def xdist_unit(nodeid):
     path = nodeid.split("::")[0]
     if path.startswith("tests/hosts/"):
         return "tests/hosts"
     if path.startswith("tests/engines/test_ray"):
         return "ray"
+    if path.startswith("tests/engines/test_spark") and path.endswith("_estimator.py"):
+        return "spark estimators"  # one Spark session for the three (conftest.local_spark's keep)
     return path if path.startswith("tests/engines/") else nodeid
 
 
@@ -306,10 +308,22 @@ def local_ray(num_cpus, env=None):
                 os.environ[k] = v
 
 
+_KEPT_SPARK = {}  # {"key": (cores, max_failures), "session": SparkSession}: the one a module left running here
+
+
+def pytest_sessionfinish(session):
+    kept = _KEPT_SPARK.pop("session", None)
+    if kept is not None:
+        kept.stop()
+
+
 @contextlib.contextmanager
-def local_spark(cores, app, max_failures=1):
+def local_spark(cores, app, max_failures=1, keep=False):
     """A pyspark session in local mode on 127.0.0.1 only, whose Python workers (and so the ranks they start) use
-    this venv; the environment is restored afterwards. max_failures: spark.task.maxFailures (local[N,F])."""
+    this venv; the environment is restored afterwards. max_failures: spark.task.maxFailures (local[N,F]).
+    keep: the session outlives the block, for the next keep=True block of this process with the same cores and
+    max_failures (the Spark estimator files, one xdist unit: one JVM instead of three, ~15 CPU-s each); a block
+    with other settings stops it first (getOrCreate would return it, settings ignored), else the process's exit."""
     from pyspark.sql import SparkSession
     saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
                                             "PYTHONSAFEPATH")}
@@ -317,15 +331,24 @@ def local_spark(cores, app, max_failures=1):
     # import the source tree's tfring/ (no compiled library there) instead of the installed package.
     os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                       PYTHONSAFEPATH="1")
-    session = (SparkSession.builder.master("local[%d,%d]" % (cores, max_failures)).appName(app)
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", str(cores)).getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    key = (cores, max_failures)
+    session = _KEPT_SPARK.pop("session", None)
+    if session is not None and (not keep or _KEPT_SPARK.pop("key") != key):
+        session.stop()
+        session = None
+    if session is None:
+        session = (SparkSession.builder.master("local[%d,%d]" % (cores, max_failures)).appName(app)
+                   .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.shuffle.partitions", str(cores)).getOrCreate())
+        session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
     finally:
-        session.stop()
+        if keep:
+            _KEPT_SPARK.update(key=key, session=session)
+        else:
+            session.stop()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

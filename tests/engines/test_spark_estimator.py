@@ -35,7 +35,7 @@ MIN_ACCURACY = 0.88
 
 @pytest.fixture(scope="module")
 def spark():
-    with local_spark(2, "tfring-test-spark-estimator") as session:
+    with local_spark(2, "tfring-test-spark-estimator", keep=True) as session:
         yield session
 
 

@@ -10,7 +10,9 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 torch = pytest.importorskip("torch")
-# (Lightning imports torch._dynamo, which would import triton next to TensorFlow: tests/conftest.py blocks it.)
+# (Lightning imports torch._dynamo, which would import triton next to TensorFlow: tests/conftest.py blocks it.
+# The Spark session is the one test_spark_estimator.py's Keras fit and predict used before, in one xdist unit:
+# its reused Python workers hold TensorFlow when they unpickle this module, tfring/spark/torch/predict.py.)
 pl = pytest.importorskip("lightning.pytorch")
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
@@ -81,7 +83,7 @@ class Recorder(pl.Callback):
 
 @pytest.fixture(scope="module")
 def spark():
-    with local_spark(2, "tfring-test-spark-lightning-estimator") as session:
+    with local_spark(2, "tfring-test-spark-lightning-estimator", keep=True) as session:
         yield session
 
 

@@ -56,7 +56,7 @@ class Recorder:
 
 @pytest.fixture(scope="module")
 def spark():
-    with local_spark(2, "tfring-test-spark-torch-estimator") as session:
+    with local_spark(2, "tfring-test-spark-torch-estimator", keep=True) as session:
         yield session
 
 

@@ -1,4 +1,4 @@
-"""TFRING_AUTOTUNE=1 in the shared TF launches (np=2 and 3): rank 0 tunes while real collectives run; a
+"""TFRING_AUTOTUNE=1 in the shared TF launch at np=3: rank 0 tunes while real collectives run; a
 gradient-like set of tensors is reduced until it settled, every result checked on every rank (ranks that disagreed
 on the fusion threshold or switched at different cycles would fail here, or stall); every rank ends on the setting
 rank 0 chose, and its CSV log shows the search (each fusion threshold, then the other cycle times at the best) and

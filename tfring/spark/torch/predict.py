@@ -1,5 +1,7 @@
 """Prediction in Spark's Python workers (TorchModel.transform): unpickle the model once per worker process and
 predict batch by batch. No pyspark import at module level: the UDF pickles references to these functions."""
+import sys
+
 import numpy as np
 
 _MODELS = {}  # token -> model: a worker process unpickles a model once, not once per batch
@@ -9,6 +11,11 @@ def _model(token, payload):
     model = _MODELS.get(token)
     if model is None:
         import cloudpickle
+        if "tensorflow" in sys.modules:
+            # Spark reuses its Python workers: one that predicted for a Keras model holds TensorFlow, and
+            # unpickling a Lightning module imports torch._dynamo, which imports triton, whose import crashes
+            # (SIGSEGV) a process holding TensorFlow. Prediction never compiles: torch goes on without triton.
+            sys.modules.setdefault("triton", None)
         model = cloudpickle.loads(payload)
         model.eval()
         _MODELS.clear()  # keep one model per worker: a later transform must not pile up old ones
