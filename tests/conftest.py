@@ -332,8 +332,8 @@ def local_spark(cores, app, max_failures=1, keep=False):
     os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                       PYTHONSAFEPATH="1")
     key = (cores, max_failures)
-    session = _KEPT_SPARK.pop("session", None)
-    if session is not None and (not keep or _KEPT_SPARK.pop("key") != key):
+    session, kept_key = _KEPT_SPARK.pop("session", None), _KEPT_SPARK.pop("key", None)
+    if session is not None and (not keep or kept_key != key):
         session.stop()
         session = None
     if session is None:
