@@ -259,6 +259,13 @@ class BuildOps(build_ext):
 
     def run(self):
         self._core, self._gpu_c = None, []
+        if not self.inplace:
+            # build/lib keeps what earlier builds of this tree made: a binding not built now (another venv's MXNet
+            # build, say) would otherwise be installed or packed into a wheel beside the fresh ones.
+            built = {ext.name for ext in self.extensions}
+            for name in BINDINGS:
+                if name not in built and os.path.exists(self.get_ext_fullpath(name)):
+                    os.remove(self.get_ext_fullpath(name))
         super().run()
 
     def _compile(self, jobs, gpu=None):
@@ -371,17 +378,21 @@ class BuildOps(build_ext):
             build_jax_extension(self, out, link_core)
 
 
+BINDINGS = ("tfring.tensorflow._tfring", "tfring.torch._tfring_torch", "tfring.mxnet._tfring_mxnet",
+            "tfring.jax._tfring_jax")
+
+
 def extensions():
     """The bindings this environment can build (see wanted()); the core is built with the first of them."""
     exts = []
     if wanted("TENSORFLOW", "tensorflow"):
-        exts.append(Extension("tfring.tensorflow._tfring", sources=[]))
+        exts.append(Extension(BINDINGS[0], sources=[]))
     if wanted("PYTORCH", "torch") and torch_sources():
-        exts.append(Extension("tfring.torch._tfring_torch", sources=[]))
+        exts.append(Extension(BINDINGS[1], sources=[]))
     if wanted("MXNET", "mxnet") and mxnet_sources():
-        exts.append(Extension("tfring.mxnet._tfring_mxnet", sources=[]))
+        exts.append(Extension(BINDINGS[2], sources=[]))
     if wanted("JAX", "jaxlib") and xla_sources():
-        exts.append(Extension("tfring.jax._tfring_jax", sources=[]))
+        exts.append(Extension(BINDINGS[3], sources=[]))
     if not exts:
         sys.exit("tfring: no framework to build for (TensorFlow or PyTorch must import at build time)")
     return exts
