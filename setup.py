@@ -263,9 +263,9 @@ class BuildOps(build_ext):
             # build/lib keeps what earlier builds of this tree made: a binding not built now (another venv's MXNet
             # build, say) would otherwise be installed or packed into a wheel beside the fresh ones.
             built = {ext.name for ext in self.extensions}
-            for name in BINDINGS:
-                if name not in built and os.path.exists(self.get_ext_fullpath(name)):
-                    os.remove(self.get_ext_fullpath(name))
+            for stale in (self.get_ext_fullpath(name) for name in BINDINGS if name not in built):
+                if os.path.exists(stale):
+                    os.remove(stale)
         super().run()
 
     def _compile(self, jobs, gpu=None):

