@@ -1,5 +1,5 @@
 """tfringrun's elastic driver without MPI ranks (its signed channel: tests/common/test_signed_channel.py): discovery
-parsing and polling, the host books (/hosts growth arithmetic, /reset blacklisting), the elastic flags, and the
+parsing and polling, the elastic book over discovered hosts (/hosts growth arithmetic, /reset blacklisting), the elastic flags, and the
 planned mpirun command (ULFM on, the secret forwarded by name only)."""
 import io
 import json
@@ -14,7 +14,8 @@ import pytest
 
 from tfring.common.signed_channel import BadRequest, DriverClient, ProtocolError, client_from_env, new_secret
 from tfring.common.signed_server import DriverServer
-from tfring.runner.elastic import book as host_book
+from tfring.runner.elastic.book import ElasticBook
+from tfring.runner.elastic.discovered import DiscoveredHosts, choose_hosts
 from tfring.runner.elastic import discovery, hostnames
 from tfring.runner.elastic import driver as ed
 from tfring.runner.launch import main, parse
@@ -66,7 +67,7 @@ def test_poller_keeps_the_last_good_result_and_logs_each_error_once(tmp_path):
     outputs = [[("h1", 2)], discovery.DiscoveryError("line 1 'bad line': expected"), discovery.DiscoveryError(
         "line 1 'bad line': expected"), [("h1", 2), ("h2", 1)]]
     lines = []
-    book = host_book.HostBook(say=lines.append)
+    book = DiscoveredHosts(say=lines.append)
 
     def discover():
         out = outputs.pop(0)
@@ -84,30 +85,30 @@ def test_poller_keeps_the_last_good_result_and_logs_each_error_once(tmp_path):
 
 # ---- the books: /hosts, /reset, /log
 
-def book_with(discovered, np_, **kw):
+def book_with(discovered, np_, max_np=None, reset_limit=None, cooldown_range=None):
     lines = []
-    book = host_book.HostBook(say=lines.append, **kw)
-    book.set_discovered(discovered)
-    book.set_placement(*host_book.choose_hosts(book.available, np_, kw.get("max_np")))
-    return book, lines
+    hosts = DiscoveredHosts(cooldown_range, lines.append)
+    hosts.set_discovered(discovered)
+    hosts.set_placement(*choose_hosts(hosts.available, np_, max_np))
+    return ElasticBook(hosts, max_np, reset_limit, lines.append), lines
 
 
 def test_hosts_add_is_free_slots_in_discovery_order_capped_by_max_np():
     hosts = [("h1", 2), ("h2", 2), ("h3", 1)]
-    assert host_book.choose_hosts(hosts, 3) == ([("h1", 2), ("h2", 2)], 3)
-    assert host_book.choose_hosts(hosts, 9, max_np=4) == (hosts[:2], 4)
-    assert host_book.choose_hosts(hosts, 9) == (hosts, 5)
+    assert choose_hosts(hosts, 3) == ([("h1", 2), ("h2", 2)], 3)
+    assert choose_hosts(hosts, 9, max_np=4) == (hosts[:2], 4)
+    assert choose_hosts(hosts, 9) == (hosts, 5)
     book, _ = book_with(hosts, 3)
-    assert book.occupancy == {"h1": 2, "h2": 1}
+    assert book.source.occupancy == {"h1": 2, "h2": 1}
     reply = book.hosts({"rank": 0})
     assert reply["add"] == [["h2", 1], ["h3", 1]] and reply["hosts"] == [["h1", 2], ["h2", 2], ["h3", 1]]
     assert reply["size"] == 3 and reply["generation"] == 1
     assert book_with(hosts, 3, max_np=4)[0].hosts({"rank": 0})["add"] == [["h2", 1]]
     assert book_with(hosts, 3, max_np=3)[0].hosts({"rank": 0})["add"] == []
-    book.set_discovered(hosts)
-    assert book.generation == 1  # same hosts: same generation
-    book.set_discovered(hosts + [("h4", 3)])
-    assert book.generation == 2 and book.hosts({"rank": 0})["add"][-1] == ["h4", 3]
+    book.source.set_discovered(hosts)
+    assert book.source.generation == 1  # same hosts: same generation
+    book.source.set_discovered(hosts + [("h4", 3)])
+    assert book.source.generation == 2 and book.hosts({"rank": 0})["add"][-1] == ["h4", 3]
     with pytest.raises(BadRequest):
         book.hosts({"rank": "zero"})
 
@@ -115,47 +116,47 @@ def test_hosts_add_is_free_slots_in_discovery_order_capped_by_max_np():
 def test_one_lost_process_on_a_healthy_host_is_not_blacklisted_only_its_slot_held_out():
     book, lines = book_with([("localhost", 3), ("h2", 1)], 3)
     me = socket.gethostname()  # what ranks report (PMIX_HOSTNAME): this machine's name for a localhost job
-    assert book.reset({"hosts": [me, me], "reason": "failure"}) == {"ok": True, "resets": 1, "generation": 1}
-    assert book.occupancy == {"localhost": 2} and book.blacklist == {}
+    assert book.reset({"hosts": [me, me], "reason": "failure"}) == {"ok": True, "resets": 1}
+    assert book.source.occupancy == {"localhost": 2} and book.source.blacklist == {}
     reply = book.hosts({"rank": 0})
     assert reply["hosts"] == [["localhost", 3], ["h2", 1]] and reply["add"] == [["h2", 1]]  # not the failed slot
     assert lines == ["reset 1 (failure): localhost 3 -> 2 lost ranks; 2 ranks remain"]
-    book.set_discovered([("h2", 1)])  # the host leaves the discovery and comes back: whole again
-    book.set_discovered([("localhost", 3), ("h2", 1)])
+    book.source.set_discovered([("h2", 1)])  # the host leaves the discovery and comes back: whole again
+    book.source.set_discovered([("localhost", 3), ("h2", 1)])
     assert book.hosts({"rank": 0})["add"] == [["localhost", 1], ["h2", 1]]
 
 
 def test_host_losing_all_its_ranks_is_blacklisted_unless_discovery_dropped_it():
     book, lines = book_with([("h1", 2), ("h2", 1), ("h3", 1)], 4)
     book.reset({"hosts": ["h1", "h1", "h3"], "reason": "failure"})
-    assert "h2" in book.blacklist and [h for h, _ in book.available] == ["h1", "h3"] and book.generation == 2
+    assert "h2" in book.source.blacklist and [h for h, _ in book.source.available] == ["h1", "h3"] and book.source.generation == 2
     assert "blacklisted host h2 (all 1 of its ranks were lost while discovery still lists it) for the rest of " \
            "the job" in lines
-    book.set_discovered([("h1", 2), ("h2", 1)])  # h3 leaves the discovery, then its rank dies: not a failure
+    book.source.set_discovered([("h1", 2), ("h2", 1)])  # h3 leaves the discovery, then its rank dies: not a failure
     book.reset({"hosts": ["h1", "h1"], "reason": "failure"})
-    assert "h3" not in book.blacklist and book.failures["h3"] == 1
+    assert "h3" not in book.source.blacklist and book.source.failures["h3"] == 1
 
 
 def test_host_dropping_in_two_failure_resets_in_a_row_is_blacklisted():
     book, lines = book_with([("h1", 4), ("h2", 4)], 8)
     book.reset({"hosts": ["h1"] * 3 + ["h2"] * 4, "reason": "failure"})
     book.reset({"hosts": ["h1"] * 3 + ["h2"] * 4 + ["h1"], "reason": "grow"})  # a growth keeps the streak
-    assert book.blacklist == {}
+    assert book.source.blacklist == {}
     book.reset({"hosts": ["h1"] * 3 + ["h2"] * 3, "reason": "failure"})  # h2 drops for the first time
-    assert list(book.blacklist) == ["h1"] and "h2" not in book.blacklist
+    assert list(book.source.blacklist) == ["h1"] and "h2" not in book.source.blacklist
     assert any("blacklisted host h1 (it lost ranks in 2 failure resets in a row)" in x for x in lines)
     book.reset({"hosts": ["h1"] * 3 + ["h2"] * 3, "reason": "failure"})  # h2 healthy now: streak broken
     book.reset({"hosts": ["h1"] * 3 + ["h2"] * 2, "reason": "failure"})
-    assert "h2" not in book.blacklist and book.resets == 5
+    assert "h2" not in book.source.blacklist and book.resets == 5
 
 
 def test_cooldown_brings_a_blacklisted_host_and_a_held_slot_back():
     book, lines = book_with([("h1", 2), ("h2", 1)], 3, cooldown_range=(0.05, 0.1))
     book.reset({"hosts": ["h1"], "reason": "failure"})
     reply = book.hosts({"rank": 0})
-    assert "h2" in book.blacklist and reply["hosts"] == [["h1", 2]] and reply["add"] == []
+    assert "h2" in book.source.blacklist and reply["hosts"] == [["h1", 2]] and reply["add"] == []
     assert any(x.startswith("blacklisted host h2") and "--blacklist-cooldown-range" in x for x in lines)
-    generation = book.generation
+    generation = book.source.generation
     time.sleep(0.2)
     reply = book.hosts({"rank": 0})
     assert reply["hosts"] == [["h1", 2], ["h2", 1]] and reply["add"] == [["h1", 1], ["h2", 1]]
@@ -191,7 +192,7 @@ def test_canonical_host_names():
 
 def test_log_handler_over_http_is_one_flattened_line():
     lines = []
-    book = host_book.HostBook(say=lines.append)
+    book = ElasticBook(DiscoveredHosts(), say=lines.append)
     srv = DriverServer("127.0.0.1", SECRET, book.handlers(), log=io.StringIO()).start()
     try:
         client = DriverClient(srv.address, SECRET)

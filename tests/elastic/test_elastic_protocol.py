@@ -1,32 +1,37 @@
-"""The elastic ranks' channel is one protocol (tfring.common.elastic.protocol) on both launchers: tfringrun's HostBook
-and ExitLedger and the Spark/Ray SlotBook take the requests the ranks build, refuse the same malformed ones with the
-same message, and print a rank's /log line cleaned and capped alike. In-process, no ranks."""
+"""The elastic ranks' channel is one protocol (tfring.common.elastic.protocol) served by one book
+(tfring.runner.elastic.book.ElasticBook) over either slot source, tfringrun's discovered hosts or a Spark/Ray job's
+registered slots: both take the requests the ranks build, refuse the same malformed ones with the same message,
+print a rank's /log line cleaned and capped alike, and answer /hosts with the same fields. In-process, no ranks."""
 import threading
 
 import pytest
 
 from tfring.common.elastic import protocol
 from tfring.common.signed_channel import BadRequest
-from tfring.runner.elastic.book import HostBook
-from tfring.runner.elastic.exits import ExitLedger
-from tfring.runner.slots.elastic_book import SlotBook
+from tfring.runner.elastic.book import ElasticBook
+from tfring.runner.elastic.discovered import DiscoveredHosts
+from tfring.runner.slots.registered import RegisteredSlots
 
 
 def _books():
     host_lines, slot_lines = [], []
-    host = HostBook(say=host_lines.append)
-    host.set_discovered([("h1", 2)])
-    host.set_placement([("h1", 2)], 2)
-    slot = SlotBook(threading.Condition(), "h1", None, slot_lines.append)
-    return (host, host_lines), (slot, slot_lines)
+    hosts = DiscoveredHosts(say=host_lines.append)
+    hosts.set_discovered([("h1", 2)])
+    hosts.set_placement([("h1", 2)], 2)
+    slots = RegisteredSlots(threading.Condition(), "h1", slot_lines.append)
+    return (ElasticBook(hosts, say=host_lines.append), host_lines), \
+        (ElasticBook(slots, say=slot_lines.append, forward=["TFRING_ELASTIC"]), slot_lines)
 
 
 def test_both_books_take_what_the_ranks_send():
     for book, _ in _books():
-        assert "add" in book.hosts(protocol.hosts_request(0))
-        book.reset(protocol.reset_request(["h1"], [], "failure"))
+        reply = book.hosts(protocol.hosts_request(0))
+        assert {"add", "assign", "size", "forward"} <= set(reply)  # what the rank side reads, whatever the source
+        assert book.reset(protocol.reset_request(["h1"], [], "failure"))["resets"] == 1
         book.log(protocol.log_request("hello"))
-    ExitLedger().record(protocol.exit_request(1, 2, 0))
+        book.exits.record(protocol.exit_request(1, 2, 0))
+        assert book.handlers()[protocol.EXIT](protocol.exit_request(0, 2, 0)) == {"ok": True}
+        assert book.exits.finished_size() == 2
 
 
 @pytest.mark.parametrize("path,payload,match", [
@@ -55,8 +60,7 @@ def test_a_ranks_log_line_is_cleaned_and_capped_alike():
 
 
 def test_exit_reports_are_checked_alike():
-    host_exit, slot_exit = ExitLedger().record, _books()[1][0].exit
     for bad in ({"rank": 2, "size": 2, "code": 0}, {"rank": 0, "size": 2}):
-        for handler in (host_exit, slot_exit):
+        for handler in (book.handlers()[protocol.EXIT] for book, _ in _books()):
             with pytest.raises(BadRequest):
                 handler(bad)

@@ -111,7 +111,7 @@ def test_shrink_then_grow_onto_a_new_host(hosts, tmp_path):
 
         def chaos():
             time.sleep(8)
-            os.kill(job.book.slots[1]["pid"], signal.SIGKILL)
+            os.kill(job.slots.slots[1]["pid"], signal.SIGKILL)
             time.sleep(3)
             procs.append(slot(4, "h3"))
             procs.append(slot(3, "h2"))

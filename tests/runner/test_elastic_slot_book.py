@@ -1,4 +1,5 @@
-"""The books of an elastic slot job (tfring.runner.slots.elastic_book.SlotBook) on their own: growth offers in
+"""The elastic book over a Spark/Ray job's slots (tfring.runner.elastic.book.ElasticBook over
+tfring.runner.slots.registered.RegisteredSlots) on their own: growth offers in
 mpirun's host names with each spawned process's slot, restarted slots, membership from /reset, max_np; and the
 job's argument checks (tfring.runner.slots.elastic_job)."""
 import os
@@ -10,7 +11,8 @@ import time
 import pytest
 
 from tfring.common.signed_channel import BadRequest
-from tfring.runner.slots.elastic_book import SlotBook
+from tfring.runner.elastic.book import ElasticBook
+from tfring.runner.slots.registered import RegisteredSlots
 from tfring.runner.processes import start_time
 from tfring.runner.slots.elastic_job import ElasticSlotJob
 from tfring.runner.slots.rank import assigned_slot
@@ -23,27 +25,27 @@ def _slot(host, address, pid):
 
 def _book(max_np=None):
     lines = []
-    book = SlotBook(threading.Condition(), "driver-host", max_np, lines.append)
-    return book, lines
+    slots = RegisteredSlots(threading.Condition(), "driver-host", lines.append)
+    return slots, ElasticBook(slots, max_np, say=lines.append), lines
 
 
 def test_placement_puts_the_driver_host_first_and_names_others():
-    book, _ = _book()
-    book.register(0, _slot("other", "a0", 10))
-    book.register(1, _slot("driver-host", "a1", 11))
-    book.register(2, _slot("other", "a2", 12))
-    hosts, ranks = book.placement([0, 1, 2])
+    slots, book, _ = _book()
+    slots.register(0, _slot("other", "a0", 10))
+    slots.register(1, _slot("driver-host", "a1", 11))
+    slots.register(2, _slot("other", "a2", 12))
+    hosts, ranks = slots.placement([0, 1, 2])
     assert hosts == [["localhost", 1, "a1"], ["tfring-slot-host-2", 2, "a0"]]
     assert ranks == [1, 0, 2]
-    assert book.address_of("tfring-slot-host-2") == "a0" and book.address_of("nowhere") is None
+    assert slots.address_of("tfring-slot-host-2") == "a0" and slots.address_of("nowhere") is None
 
 
 def test_growth_offers_free_live_slots_with_their_assignment():
-    book, _ = _book()
+    slots, book, _ = _book()
     for i, host in enumerate(["driver-host", "driver-host", "other", "driver-host"]):
-        book.register(i, _slot(host, "a%d" % i, 100 + i))
-    book.placement([0, 2])  # the job runs on both hosts
-    book.members = {0}
+        slots.register(i, _slot(host, "a%d" % i, 100 + i))
+    slots.placement([0, 2])  # the job runs on both hosts
+    slots.members = {0}
     reply = book.hosts({"rank": 0})
     # grouped by host in first-seen order: mpirun fills the spawn's hosts in that order
     assert reply["add"] == [["localhost", 2], ["tfring-slot-host-2", 1]]
@@ -55,46 +57,46 @@ def test_growth_offers_free_live_slots_with_their_assignment():
 
 
 def test_growth_is_capped_by_max_np_and_skips_silent_or_dead_slots():
-    book, _ = _book(max_np=3)
+    slots, book, _ = _book(max_np=3)
     for i in range(5):
-        book.register(i, _slot("driver-host", "a%d" % i, i + 1))
-    book.members = {0, 1}
-    book.slots[2]["seen"] -= 60  # silent: not offered
-    book.gone(3)
+        slots.register(i, _slot("driver-host", "a%d" % i, i + 1))
+    slots.members = {0, 1}
+    slots.slots[2]["seen"] -= 60  # silent: not offered
+    slots.gone(3)
     reply = book.hosts({"rank": 0})
     assert reply["add"] == [["localhost", 1]] and reply["assign"]["localhost"]["slots"] == [[4, 5, "s5"]]
 
 
 def test_a_slot_registered_again_elsewhere_replaces_the_dead_one():
-    book, lines = _book()
-    book.register(1, _slot("h", "a1", 5))
-    book.members = {1}
-    assert book.register(1, _slot("h", "a1", 5)) is None  # the same process again: a repeated message
-    assert book.register(1, _slot("h", "b1", 6)) == 1
-    assert book.members == set() and book.slots[1]["pid"] == 6 and "restarted" in lines[-1]
+    slots, book, lines = _book()
+    slots.register(1, _slot("h", "a1", 5))
+    slots.members = {1}
+    assert slots.register(1, _slot("h", "a1", 5)) is None  # the same process again: a repeated message
+    assert slots.register(1, _slot("h", "b1", 6)) == 1
+    assert slots.members == set() and slots.slots[1]["pid"] == 6 and "restarted" in lines[-1]
 
 
 def test_a_late_death_report_of_the_old_process_leaves_the_restarted_slot_alive():
     # CI (stop 39's run): the scheduler's retry registered before the old process's rank reported it dead; the
     # report marked the new process dead and the job never grew back.
-    book, lines = _book()
-    book.register(1, _slot("h", "a1", 5))
-    book.members = {1}
-    old = [book.slots[1]["pid"], book.slots[1]["started"]]
-    assert book.register(1, _slot("h", "b1", 6)) == 1
-    assert book.gone(1, *old) is False
-    assert book.live() == [1] and not any("died" in line for line in lines)
-    assert book.gone(1, 6, book.slots[1]["started"]) is True  # the new process's own death counts
-    assert book.live() == [] and "died" in lines[-1]
+    slots, book, lines = _book()
+    slots.register(1, _slot("h", "a1", 5))
+    slots.members = {1}
+    old = [slots.slots[1]["pid"], slots.slots[1]["started"]]
+    assert slots.register(1, _slot("h", "b1", 6)) == 1
+    assert slots.gone(1, *old) is False
+    assert slots.live() == [1] and not any("died" in line for line in lines)
+    assert slots.gone(1, 6, slots.slots[1]["started"]) is True  # the new process's own death counts
+    assert slots.live() == [] and "died" in lines[-1]
 
 
 def test_reset_sets_the_members_and_checks_its_payload():
-    book, _ = _book()
+    slots, book, _ = _book()
     for i in range(3):
-        book.register(i, _slot("h", "a%d" % i, i + 1))
-    book.gone(2)
+        slots.register(i, _slot("h", "a%d" % i, i + 1))
+    slots.gone(2)
     book.reset({"hosts": ["x"], "reason": "failure", "slots": [0, 2, 7]})
-    assert book.members == {0} and len(book.reasons) == 1  # dead and unknown slots are not members
+    assert slots.members == {0} and len(book.reasons) == 1  # dead and unknown slots are not members
     with pytest.raises(BadRequest, match="slots"):
         book.reset({"hosts": ["x"], "slots": ["1"], "reason": "grow"})
     with pytest.raises(BadRequest, match="rank"):
@@ -129,11 +131,11 @@ def test_a_rank_finds_its_slot_by_its_hosts_anchor_and_local_rank():
 
 
 def test_a_slot_on_a_host_the_job_does_not_run_on_is_not_offered():
-    book, lines = _book()
-    book.register(0, _slot("driver-host", "a0", 1))
-    book.register(1, _slot("new-host", "a1", 2))
-    book.placement([0])
-    book.members = {0}
+    slots, book, lines = _book()
+    slots.register(0, _slot("driver-host", "a0", 1))
+    slots.register(1, _slot("new-host", "a1", 2))
+    slots.placement([0])
+    slots.members = {0}
     assert book.hosts({"rank": 0})["add"] == [] and book.hosts({"rank": 0})["add"] == []
     assert sum("does not run on" in line for line in lines) == 1  # said once
 

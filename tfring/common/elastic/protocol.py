@@ -1,9 +1,12 @@
 """The elastic ranks' channel to their launcher, written once: its paths, what each request holds, and how it is
-checked, for both ends (the ranks: tfring.common.elastic; the launchers: tfringrun's HostBook and ExitLedger, the
-Spark/Ray SlotBook). Every request is authenticated by the signed channel first; a malformed one is refused with
-BadRequest naming the field, and a rank's log line is cleaned and capped the same way whichever launcher prints it.
+checked, for both ends (the ranks: tfring.common.elastic; the launchers: the one book, tfring.runner.elastic.book,
+over tfringrun's discovered hosts or a Spark/Ray job's registered slots). Every request is authenticated by the signed
+channel first; a malformed one is refused with BadRequest naming the field, and a rank's log line is cleaned and
+capped the same way whichever launcher prints it.
 
-  /hosts  {"rank"}                        -> what the job may add (each launcher's reply: see its book)
+  /hosts  {"rank"}                        -> {"add": [[host, n]] the job may grow into, "assign": {host: {"new",
+                                          "slots"}} what each host's new processes are told, "forward": [env names]
+                                          they are given, "size", "drivers" (tfringrun), and the source's own fields}
   /reset  {"hosts", "slots", "reason"}    the members after a shrink or before a growth: each rank's host, in rank
                                           order, and (Spark/Ray) its slot index
   /log    {"message"}                     one line on the launcher's stderr

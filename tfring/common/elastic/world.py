@@ -11,7 +11,6 @@ import time
 
 from tfring.common import basics, launch_env
 from tfring.common.elastic import membership, protocol
-from tfring.common.elastic.checkpoint import COMMIT_DIR
 from tfring.common.elastic.membership import base_comm, host_name, min_np, reset_limit, timeout
 
 _lock = threading.Lock()
@@ -23,20 +22,25 @@ _poller = None
 _drivers = {}  # rank 0: the launcher's address for each host offered for growth (as the launcher names it)
 
 
-_assigned = {}  # rank 0, in a Spark/Ray elastic job: the slot of each process a growth offer spawns, by offer
+_plans = {}  # rank 0: what the launcher said about each growth offer ("assign", "forward"), by offer
 
 
 def _learn(reply):
     _drivers.update(reply.get("drivers") or {})
-    if reply.get("assign"):
-        with _lock:
-            _assigned[json.dumps(reply.get("add"))] = reply["assign"]
-
-
-def _slots_of(add):
-    """Rank 0: {host: [[slot index, pid, start time], ...]} of the offer `add` (one snapshot per reset), or {}."""
     with _lock:
-        return dict(_assigned.get(json.dumps(add)) or {})
+        key = json.dumps(reply.get("add"))
+        _plans.pop(key, None)
+        _plans[key] = {"assign": reply.get("assign") or {}, "forward": reply.get("forward") or []}
+        while len(_plans) > 16:  # offers change as slots come and go; a reset clears them all
+            del _plans[next(iter(_plans))]
+
+
+def _plan_of(add):
+    """Rank 0: the launcher's word on the offer `add` (one snapshot per reset): {"assign": {host: {"new": whether
+    the job has no daemon there yet, "slots": [[slot index, pid, start time], ...] the new processes take (Spark/Ray)}},
+    "forward": [environment variables the new processes are given]}."""
+    with _lock:
+        return dict(_plans.get(json.dumps(add)) or {"assign": {}, "forward": []})
 
 
 def rank_is_root():
@@ -83,7 +87,7 @@ def _forget_proposals():
     global _pending, _pending_since
     with _lock:
         _pending, _pending_since = None, time.time()
-        _assigned.clear()
+        _plans.clear()
 
 
 class _Deadline:
@@ -112,42 +116,34 @@ def _command():
     return json.loads(value) if value else [sys.executable] + sys.argv
 
 
-def _spawn(comm, add, assign=None):
-    """Collective over comm: starts sum(n) processes on the hosts of `add` and merges them in (highest ranks).
-    With `assign` (a Spark/Ray elastic job: {host: [slot, ...]}), one command per host (MPI_Comm_spawn_multiple),
-    each told the slots of its host's new processes, so none can take another host's slot."""
+def _spawn(comm, add, plan=None):
+    """Collective over comm: starts n processes on each host of `add` ([[host, n], ...]; one command per host,
+    MPI_Comm_spawn_multiple) and merges them in (highest ranks). `plan` (rank 0: _plan_of(add)) is the launcher's
+    word on each host, the same for every launcher: whether it is new to the job, which slots its processes take
+    (each told only its host's, so none takes another host's slot), and what environment they are given."""
     from mpi4py import MPI
     command = _command()
+    plan = plan or {"assign": {}, "forward": []}
+    env = ["%s=%s" % (k, os.environ[k]) for k in plan["forward"] if k in os.environ]
     drivers = {h: _drivers[h] for h, _ in add if h in _drivers}
-    env = []
     if drivers:  # the address this process uses may not be reachable from a newly added host
         env.append("%s=%s" % (launch_env.ELASTIC_DRIVERS, json.dumps(drivers)))
-    slot_job = bool(os.environ.get(launch_env.SLOT_ASSIGN))  # every rank of a Spark/Ray elastic job has it
-    assign = assign or {}
-    if slot_job:
-        # A process spawned on another host inherits that host's daemon's environment, not mpirun's: it is given
-        # the job's non-secret settings here (the secret: the daemon's environment; the rest: the driver's /env).
-        env += ["%s=%s" % (k, v) for k, v in sorted(os.environ.items()) if k in (launch_env.SLOT_DRIVER, COMMIT_DIR)
-                or (k.startswith(launch_env.ELASTIC) and k != launch_env.ELASTIC_SECRET)]
     infos, commands = [], []
-    for host, n in (add if slot_job else [(",".join("%s:%d" % (h, n) for h, n in add), None)]):
+    for host, n in add:
         info = MPI.Info.Create()
-        info.Set("host", host if n is None else "%s:%d" % (host, n))
-        if not slot_job or assign.get(host, {}).get("new", True):
+        info.Set("host", "%s:%d" % (host, n))
+        mine = plan["assign"].get(host)
+        if mine is None or mine.get("new", True):
             # A host outside the allocation gets a daemon (harmless for a known one, except under the slot
             # launcher's names: Open MPI then fails the spawn now and then; the driver says which are new).
             info.Set("PMIX_ADD_HOST", info.Get("host"))
         infos.append(info)
-        mine = ["%s=%s" % (launch_env.SLOT_ASSIGN, json.dumps({host: assign.get(host, {})}))] if slot_job else []
-        commands.append(["/usr/bin/env"] + env + mine + command if env or mine else command)
+        told = ["%s=%s" % (launch_env.SLOT_ASSIGN, json.dumps({host: mine}))] if mine and mine.get("slots") else []
+        commands.append(["/usr/bin/env"] + env + told + command if env or told else command)
     try:
         with _Deadline("starting %s on %s" % (command[0], add), timeout()):
-            if len(commands) > 1:  # one command per host (a Spark/Ray elastic job growing onto several hosts)
-                inter = comm.Spawn_multiple([c[0] for c in commands], args=[c[1:] for c in commands],
-                                            maxprocs=[n for _, n in add], info=infos, root=0)
-            else:
-                inter = comm.Spawn(commands[0][0], args=commands[0][1:], maxprocs=sum(n for _, n in add),
-                                   info=infos[0], root=0)
+            inter = comm.Spawn_multiple([c[0] for c in commands], args=[c[1:] for c in commands],
+                                        maxprocs=[n for _, n in add], info=infos, root=0)
             merged = inter.Merge(high=False)
     finally:
         for info in infos:
@@ -155,7 +151,7 @@ def _spawn(comm, add, assign=None):
     return merged
 
 
-def _report(comm, reason, add=(), assign=None):
+def _report(comm, reason, add=(), plan=None):
     """Rank 0 tells the launcher where the ranks are now (it keeps host occupancy and failure counts): the ranks
     of `comm` (collective over it), then the processes about to be spawned there (`add`, [[host, n], ...]; they
     take the highest ranks and cannot take part in this gather)."""
@@ -164,7 +160,7 @@ def _report(comm, reason, add=(), assign=None):
     if comm.rank == 0:
         hosts = [h for h, _ in pairs] + [h for h, n in add for _ in range(n)]
         slots = [int(s) for _, s in pairs if s is not None] + [
-            e[0] for h, _ in add for e in (assign or {}).get(h, {}).get("slots", [])]
+            e[0] for h, _ in add for e in ((plan or {}).get("assign") or {}).get(h, {}).get("slots", [])]
         client = membership.client()
         if client is not None:
             try:
@@ -242,14 +238,14 @@ def reset(failure):
                 if comm.rank == 0:
                     _log(message)
                 raise RuntimeError("tfring.elastic: " + message)
-            assign = _slots_of(add) if comm.rank == 0 else None
-            _report(comm, "grow", add, assign)
-            comm, reason = _spawn(comm, add, assign), "grow"
+            plan = _plan_of(add) if comm.rank == 0 else None
+            _report(comm, "grow", add, plan)
+            comm, reason = _spawn(comm, add, plan), "grow"
     else:
         add, _agreed = _agreed, None
-        assign = _slots_of(add) if comm.rank == 0 else None
-        _report(comm, "grow", add, assign)
-        comm, reason = _spawn(comm, add, assign), "grow"
+        plan = _plan_of(add) if comm.rank == 0 else None
+        _report(comm, "grow", add, plan)
+        comm, reason = _spawn(comm, add, plan), "grow"
     membership.set_base(comm)
     _forget_proposals()
     basics.init(comm=comm)

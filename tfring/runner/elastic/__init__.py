@@ -1,2 +1,3 @@
-"""tfringrun's elastic mode: the driver (driver.py) that keeps the books of an elastic job (book.py) from the
-discovery script (discovery.py) and answers the ranks (listeners.py, exits.py). Imported only for elastic jobs."""
+"""The elastic driver: the one book every launcher serves to the ranks (book.py, with exits.py), over a slot source:
+tfringrun's discovered hosts (discovered.py, from the discovery script: discovery.py) or a Spark/Ray job's registered
+slots (tfring.runner.slots.registered); tfringrun's mpirun loop (driver.py) and its listeners (listeners.py)."""

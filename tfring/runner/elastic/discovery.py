@@ -1,5 +1,5 @@
 """The host discovery script of an elastic job (horovodrun's --host-discovery-script): run it, parse its
-`host:slots` lines, poll it into the host book."""
+`host:slots` lines, poll it into the discovered hosts (discovered.DiscoveredHosts)."""
 import os
 import re
 import signal
@@ -88,11 +88,11 @@ def run_discovery(script, default_slots=DEFAULT_SLOTS, timeout=DISCOVERY_TIMEOUT
 
 
 class Poller:
-    """Runs discover() every `interval` s on a daemon thread into the book; a failed run is logged (once per
+    """Runs discover() every `interval` s on a daemon thread into `hosts` (DiscoveredHosts); a failed run is logged (once per
     distinct error) and ignored: the last good result stays."""
 
-    def __init__(self, discover, book, say, label, interval=POLL_INTERVAL):
-        self.discover, self.book, self.say, self.label, self.interval = discover, book, say, label, interval
+    def __init__(self, discover, hosts, say, label, interval=POLL_INTERVAL):
+        self.discover, self.hosts, self.say, self.label, self.interval = discover, hosts, say, label, interval
         self._stop, self._thread, self._last_error = threading.Event(), None, None
 
     def poll_once(self, then="this poll is ignored"):
@@ -102,10 +102,10 @@ class Poller:
             if str(e) != self._last_error:
                 self.say("%s: %s; %s" % (self.label, e, then))
             self._last_error = str(e)
-            self.book.refresh()
+            self.hosts.refresh()
             return False
         self._last_error = None
-        self.book.set_discovered(hosts)
+        self.hosts.set_discovered(hosts)
         return True
 
     def _loop(self):

@@ -2,8 +2,9 @@
 available hosts (discovered minus blacklisted) and where the job's ranks are, starts `mpirun --with-ft ulfm` on
 enough of them, and answers the ranks over an authenticated HTTP channel (tfring.common.signed_channel): `/hosts` (the
 available hosts and the free slots the job may grow into), `/reset` (the job's placement after a failure or a
-growth: blacklisting is decided here, see book.HostBook), `/log` (a rank's line on tfringrun's stderr) and `/exit`
-(each rank's status at exit, exits.py), on one listener per interface the hosts reach (listeners.py). The ranks
+growth: blacklisting is decided by discovered.DiscoveredHosts), `/log` (a rank's line on tfringrun's stderr) and
+`/exit` (each rank's status at exit, exits.py): the one elastic book (book.ElasticBook) the Spark/Ray elastic jobs
+serve too, on one listener per interface the hosts reach (listeners.py). The ranks
 shrink and grow the job themselves (ULFM shrink, MPI_Comm_spawn); this driver only keeps the books."""
 import functools
 import os
@@ -15,9 +16,9 @@ import time
 
 from tfring.common import launch_env
 from tfring.common.signed_channel import new_secret
-from tfring.runner.elastic.book import HostBook, choose_hosts
+from tfring.runner.elastic.book import ElasticBook
+from tfring.runner.elastic.discovered import DiscoveredHosts, choose_hosts
 from tfring.runner.elastic.discovery import Poller, run_discovery
-from tfring.runner.elastic.exits import ExitLedger
 from tfring.runner.elastic.hostnames import bind_address
 from tfring.runner.elastic.listeners import Listeners
 from tfring.runner.flags import DEFAULT_SLOTS, UsageError
@@ -26,13 +27,13 @@ from tfring.runner.output import stamp
 from tfring.runner.supervise import run_command
 
 
-def _wait_for_slots(book, need, timeout, say):
+def _wait_for_slots(hosts, need, timeout, say):
     deadline = time.monotonic() + timeout
-    if sum(s for _, s in book.refresh()) < need:
+    if sum(s for _, s in hosts.refresh()) < need:
         say("waiting up to %d s (--elastic-timeout) for --min-np %d slots" % (timeout, need))
-    while sum(s for _, s in book.refresh()) < need:
+    while sum(s for _, s in hosts.refresh()) < need:
         if time.monotonic() >= deadline:
-            say("only %d slots available after %d s (--min-np %d)" % (sum(s for _, s in book.refresh()), timeout,
+            say("only %d slots available after %d s (--min-np %d)" % (sum(s for _, s in hosts.refresh()), timeout,
                                                                       need))
             return False
         time.sleep(0.2)
@@ -56,12 +57,12 @@ def _finished(exits, rc):
             "succeeded" % (size, rc))
 
 
-def _launch_until_done(args, book, exits, listeners, secret, state_dir, environ, stderr, say, timeout):
+def _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr, say, timeout):
     """Runs mpirun; when Open MPI lost a host (ULFM survives lost processes, not lost hosts: PRRTE ends the
     job), blacklists it and starts the job again on the remaining hosts, resuming from the last commit on disk."""
     extra = {launch_env.ELASTIC_STATE_DIR: state_dir}
     while True:
-        available = book.refresh()
+        available = book.source.refresh()
         hosts, np_ = choose_hosts(available, args.np, args.max_num_proc)
         try:
             address = listeners.address_for([h for h, _ in hosts])
@@ -69,15 +70,15 @@ def _launch_until_done(args, book, exits, listeners, secret, state_dir, environ,
             say("cannot serve the ranks on %s: %s" % (",".join(h for h, _ in hosts), e))
             return 1
         cmd, env = plan_elastic(args, hosts, np_, address, secret, environ, extra_env=extra)
-        book.set_placement(hosts, np_)
+        book.source.set_placement(hosts, np_)
         if args.verbose:
             print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         report = {}
-        exits.clear()
+        book.exits.clear()
         rc = run_command(cmd, args.output_filename, stderr=stderr, env=env,
                          timestamp_output=bool(args.prefix_output_with_timestamp),
                          timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,
-                         num_ranks=args.num_ranks, report=report, finished=functools.partial(_finished, exits))
+                         num_ranks=args.num_ranks, report=report, finished=functools.partial(_finished, book.exits))
         lost = report.get("lost_host")
         if rc == 0 or not (lost or rc < 0):
             return rc
@@ -91,7 +92,7 @@ def _launch_until_done(args, book, exits, listeners, secret, state_dir, environ,
             return rc if rc > 0 else 1
         say("%s: starting the job again on the %s hosts from the last commit" % (
             what, "remaining" if lost else "available"))
-        if not _wait_for_slots(book, args.min_num_proc, timeout, say):
+        if not _wait_for_slots(book.source, args.min_num_proc, timeout, say):
             return rc if rc > 0 else 1
         extra[launch_env.ELASTIC_RESTART] = "1"
 
@@ -133,29 +134,29 @@ def run_elastic(args, environ=None, stderr=None):
         discover = functools.partial(run_discovery, args.host_discovery_script, args.slots or DEFAULT_SLOTS)
     else:
         label, discover = "hosts", _fixed_hosts(args).copy
-    book = HostBook(args.max_num_proc, args.cooldown_range, args.reset_limit, say)
-    poller = Poller(discover, book, say, label)
+    hosts = DiscoveredHosts(args.cooldown_range, say)
+    book = ElasticBook(hosts, args.max_num_proc, args.reset_limit, say)
+    poller = Poller(discover, hosts, say, label)
     if not poller.poll_once(then="the first run must succeed (as horovodrun)"):
         return 1
     poller.start()
     try:
-        if not _wait_for_slots(book, args.min_num_proc, timeout, say):
+        if not _wait_for_slots(hosts, args.min_num_proc, timeout, say):
             return 1
         secret = new_secret()
         try:
-            exits = ExitLedger()
-            handlers = dict(book.handlers(), **{"/exit": exits.record})
+            handlers = book.handlers()
             # Every rank may call at once (a reset): the servers' connection limits fit the largest job.
-            clients = max(args.max_num_proc or 0, sum(n for _, n in book.refresh()))
+            clients = max(args.max_num_proc or 0, sum(n for _, n in hosts.refresh()))
             listeners = Listeners(bind_address, secret, handlers, log=stderr, clients=clients)
             handlers["/hosts"] = functools.partial(_hosts_with_drivers, book, listeners)
-            listeners.address_for([h for h, _ in book.refresh()])  # fails early, as before the first launch
+            listeners.address_for([h for h, _ in hosts.refresh()])  # fails early, as before the first launch
         except (RuntimeError, OSError) as e:
             say("cannot start the driver: %s" % e)
             return 1
         state_dir = tempfile.mkdtemp(prefix="tfring-elastic-")  # mode 0700: committed state for a restart
         try:
-            return _launch_until_done(args, book, exits, listeners, secret, state_dir, environ, stderr, say, timeout)
+            return _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr, say, timeout)
         finally:
             listeners.stop()
             shutil.rmtree(state_dir, ignore_errors=True)

@@ -28,7 +28,9 @@ from tfring.common import launch_env
 from tfring.common.signed_channel import BadRequest, DriverClient, new_secret
 from tfring.common.signed_server import DriverServer
 from tfring.common.elastic.protocol import integer as _int
-from tfring.runner.slots.elastic_book import SlotBook
+from tfring.common.elastic.checkpoint import COMMIT_DIR
+from tfring.runner.elastic.book import ElasticBook
+from tfring.runner.slots.registered import RegisteredSlots
 from tfring.runner.slots.job import LaunchError, RankError
 from tfring.runner.slots.launcher import HERE, Launcher
 from tfring.runner.env import forwarded
@@ -67,6 +69,11 @@ def ranked(fn, args, kwargs):
     return _rank(), value
 
 
+# What a rank spawned on another host must be told (it starts from that host's daemon's environment, not mpirun's):
+# the job's non-secret settings (the secret: the daemon's environment; the rest: the driver's /env).
+_FORWARD = (launch_env.ELASTIC, launch_env.ELASTIC_DRIVER, launch_env.ELASTIC_MIN_NP, launch_env.ELASTIC_MAX_NP,
+            launch_env.ELASTIC_TIMEOUT, launch_env.ELASTIC_RESET_LIMIT, launch_env.ELASTIC_COMMAND,
+            launch_env.SLOT_DRIVER, COMMIT_DIR)
 _NOTE = "(tfring rank %d)"
 _NOTE_RE = re.compile(r"^\(tfring rank (\d+)\)$", re.M)
 
@@ -118,7 +125,8 @@ class ElasticSlotJob(LockedWaits):
         self._out, self._err = stdout, stderr
         self._cond = threading.Condition()
         local = local_host or ("tfring-driver" if os.environ.get(launch_env.SLOT_HOST_ID) else host_identity())
-        self.book = SlotBook(self._cond, local, max_np, self._say)
+        self.slots = RegisteredSlots(self._cond, local, self._say)
+        self.book = ElasticBook(self.slots, max_np, reset_limit, self._say, forward=_FORWARD)
         self._exit = self._launch_error = None
         self._stopping = self._broken = False
         self._calls, self._results, self._seq = {}, {}, 0
@@ -183,7 +191,7 @@ class ElasticSlotJob(LockedWaits):
                 "started": started if isinstance(started, str) else None, "network": network_field(p),
                 "hostname": p.get("hostname") if isinstance(p.get("hostname"), str) else None}
         with self._cond:
-            if self.book.register(index, slot) is not None:
+            if self.slots.register(index, slot) is not None:
                 self._ranks.pop(index, None)  # the old process's rank is gone with it
             self._cond.notify_all()
             return {"stop": self._stopping}
@@ -191,7 +199,7 @@ class ElasticSlotJob(LockedWaits):
     def _status(self, p):
         index = _int(p, "index")
         with self._cond:
-            slot = self.book.slots.get(index)
+            slot = self.slots.slots.get(index)
             if slot is not None and slot["dead"] == "silent":  # it was only slow: its process and rank live
                 self._say("slot %d (host %s) is heard from again" % (index, slot["host"]))
                 slot["dead"] = False
@@ -223,8 +231,8 @@ class ElasticSlotJob(LockedWaits):
         pid, started = p.get("pid"), p.get("started")
         with self._cond:
             self._asked.add(slot)
-            known = self.book.slots.get(slot)
-            if known is not None and known["host"] == self.book.local_host and isinstance(pid, int) and \
+            known = self.slots.slots.get(slot)
+            if known is not None and known["host"] == self.slots.local_host and isinstance(pid, int) and \
                     not isinstance(pid, bool) and pid > 0 and isinstance(started, str):
                 self._ranks[slot] = [pid, started]  # a rank on this host: _check sees it die
             reply = self._wait_for_call(after)
@@ -248,7 +256,7 @@ class ElasticSlotJob(LockedWaits):
     def _gone(self, p):  # a rank's watchdog saw its slot's process die (the rank kills itself next)
         index, pid, started = _int(p, "slot"), p.get("pid"), p.get("started")
         with self._cond:
-            if self.book.gone(index, pid if isinstance(pid, int) else None, started if isinstance(started, str)
+            if self.slots.gone(index, pid if isinstance(pid, int) else None, started if isinstance(started, str)
                               else None):
                 self._ranks.pop(index, None)
             self._cond.notify_all()
@@ -269,7 +277,7 @@ class ElasticSlotJob(LockedWaits):
 
     def _where(self, p):  # the slot agent: a host added after mpirun started
         with self._cond:
-            address = self.book.address_of(text_field(p, "host"))
+            address = self.slots.address_of(text_field(p, "host"))
         if address is None:
             raise BadRequest("host %r is not one of this job's hosts" % p.get("host"))
         return {"address": address}
@@ -280,16 +288,16 @@ class ElasticSlotJob(LockedWaits):
         if self._launch_error is not None:
             raise LaunchError(self._launch_error, "the driver")
         now = time.monotonic()
-        for index, slot in list(self.book.slots.items()):
+        for index, slot in list(self.slots.slots.items()):
             if not slot["dead"] and now - slot["seen"] > SLOT_SILENCE:
                 # Not offered for growth until heard from again; its rank stays a member: a rank that died is
                 # seen by the survivors (a reset) or, on this host, below.
                 self._say("slot %d (host %s) silent for %d s" % (index, slot["host"], SLOT_SILENCE))
                 slot["dead"] = "silent"
         for index, (pid, started) in list(self._ranks.items()):
-            if index in self.book.members and not alive(pid, started):
+            if index in self.slots.members and not alive(pid, started):
                 self._say("the rank of slot %d (pid %d) died" % (index, pid))
-                self.book.members.discard(index)
+                self.slots.members.discard(index)
                 del self._ranks[index]
 
     def wait_ready(self, timeout, alive=None, want=None, settle=10.0):
@@ -310,17 +318,17 @@ class ElasticSlotJob(LockedWaits):
 
         def expired():
             return TimeoutError("%s: only %d of %d slots started within %g s" % (
-                self.who, len(self.book.live()), self.num_proc, timeout))
-        self._wait(lambda: len(self.book.live()) >= self.num_proc, time.monotonic() + timeout, alive, expired)
+                self.who, len(self.slots.live()), self.num_proc, timeout))
+        self._wait(lambda: len(self.slots.live()) >= self.num_proc, time.monotonic() + timeout, alive, expired)
         if want is not None:
             cap = self.max_np or float("inf")
             try:
-                self._wait(lambda: len(self.book.live()) >= min(want(), cap), time.monotonic() + settle, alive,
+                self._wait(lambda: len(self.slots.live()) >= min(want(), cap), time.monotonic() + settle, alive,
                            lambda: TimeoutError())
             except TimeoutError:
                 pass  # start on those there: the others join at the first commit
         with self._cond:
-            live = self.book.live()
+            live = self.slots.live()
             count = self.num_proc if want is None else max(self.num_proc, min(len(live), self.max_np or len(live)))
             spec = self._spec(live[:count], timeout)
         self._launched_at, self._start_timeout = time.monotonic(), max(timeout, 10)
@@ -329,8 +337,8 @@ class ElasticSlotJob(LockedWaits):
         self._launch_thread.start()
 
     def _spec(self, indexes, timeout):  # under the lock
-        hosts, ranks = self.book.placement(indexes)
-        self.book.members = set(ranks)
+        hosts, ranks = self.slots.placement(indexes)
+        self.slots.members = set(ranks)
         python = self._executable or sys.executable
         env = {k: v for k, v in (os.environ if self._env is None else self._env).items()
                if not k.startswith(launch_env.ELASTIC)}
@@ -340,8 +348,8 @@ class ElasticSlotJob(LockedWaits):
             launch_env.ELASTIC_MAX_NP: str(self.max_np or 0), launch_env.ELASTIC_TIMEOUT: str(int(self._timeout)),
             launch_env.ELASTIC_RESET_LIMIT: str(-1 if self._reset_limit is None else self._reset_limit),
             launch_env.ELASTIC_COMMAND: json.dumps([python, os.path.join(HERE, "rank.py")]),
-            launch_env.SLOT_ASSIGN: json.dumps(self.book.assignment(ranks))})
-        networks = [self.book.slots[i]["network"] for i in indexes]
+            launch_env.SLOT_ASSIGN: json.dumps(self.slots.assignment(ranks))})
+        networks = [self.slots.slots[i]["network"] for i in indexes]
         return {"np": len(ranks), "hosts": hosts, "networks": sorted(set(networks)) if all(networks) else None,
                 "env": env, "args": self._launch_args, "executable": python, "start_timeout": max(int(timeout), 10),
                 "mpirun": ["--with-ft", "ulfm", "--oversubscribe"]}
@@ -379,7 +387,7 @@ class ElasticSlotJob(LockedWaits):
         def answered():  # under the lock
             got = self._results.get(seq, {})
             failed = sorted(s for s, (ok, _) in got.items() if not ok)
-            if failed or (self.book.members and self.book.members <= set(got)):
+            if failed or (self.slots.members and self.slots.members <= set(got)):
                 state["failed"] = failed
                 return True
             if not got and not self._asked and time.monotonic() - self._launched_at > self._start_timeout:

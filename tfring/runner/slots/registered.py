@@ -1,6 +1,6 @@
-"""The books of an elastic slot job (elastic_job.ElasticSlotJob): which slots the scheduler has registered, which of
-them hold a rank, how hosts are named to mpirun, and the elastic ranks' channel (`/hosts`, `/reset`, `/log`,
-`/exit`, as tfringrun's elastic driver serves them, so tfring.common.elastic runs unchanged on both).
+"""The Spark/Ray slot source of the elastic book (tfring.runner.elastic.book.ElasticBook, which the elastic slot job
+elastic_job.ElasticSlotJob serves): which slots the scheduler has registered, which of them hold a rank, and how
+hosts are named to mpirun.
 
 A slot is a scheduler's process (a Spark task, a Ray actor) identified by its index; a slot registered again under
 the same index with another address is a new process (the scheduler restarted it): the old one is dead. The ranks
@@ -11,7 +11,6 @@ import re
 import socket
 import time
 
-from tfring.common.elastic import protocol
 from tfring.runner.processes import start_time
 from tfring.runner.slots.service import HOST_NAME, LOCAL_HOST
 
@@ -19,22 +18,22 @@ _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}\Z")
 OFFER_SILENCE = 5.0  # a slot not heard from for this long (it polls every second) is not offered for growth
 
 
-class SlotBook:
-    """Slots, members and host names of one elastic slot job; every method takes the caller's lock.
+class RegisteredSlots:
+    """Slots, members and host names of one elastic slot job; every method takes the caller's lock (`lock`, the
+    job's Condition, which the book holds around each call).
 
     Args:
         cond: the job's threading.Condition (notified when membership changes).
         local_host: the host identity of the process that runs mpirun (its slots' ranks are mpirun's own children).
-        max_np: the most ranks (None: no limit).
         say: writes one line to the job's stderr.
     """
 
-    def __init__(self, cond, local_host, max_np, say):
-        self.cond, self.local_host, self.max_np, self.say = cond, local_host, max_np, say
+    def __init__(self, cond, local_host, say):
+        self.cond = self.lock = cond
+        self.local_host, self.say = local_host, say
         self.slots = {}  # index -> {"host", "address", "seen", "pid", "started", "network", "dead"}
         self.members = set()  # slot indexes holding a rank of the job
         self.names = {}  # host identity -> the name mpirun knows it by
-        self.reasons = []  # (time, "failure" | "grow", ranks) of each reset rank 0 reported
         self.daemons = {}  # mpirun host name -> the slot index that runs its PRRTE daemon
         self.launched = set()  # mpirun host names the job runs on
         self.unreachable = set()  # host names of slots not offered (said once)
@@ -139,20 +138,22 @@ class SlotBook:
         slot = self.slots[index]
         return [index, slot["pid"], slot["started"]]
 
-    # -- the elastic ranks' channel --
+    # -- the book's source interface (tfring.runner.elastic.book.ElasticBook) --
 
-    def hosts(self, payload):
-        """`/hosts`: the live slots without a rank, as growth mpirun can spawn ("add"), and which slot each process
-        spawned there belongs to ("assign": {host: slots in local rank order})."""
-        protocol.check_hosts(payload)
-        with self.cond:
-            free = [i for i in self.live(OFFER_SILENCE) if i not in self.members and self._known(i)]
-            room = len(free) if self.max_np is None else max(0, self.max_np - len(self.members))
-            assign = self.assignment(free[:room])  # one spawn command per host, told its host's slots
-            add = [[name, len(a["slots"])] for name, a in assign.items()]
-            for name in assign:  # PMIX_ADD_HOST only for a host the job does not run on yet
-                assign[name]["new"] = name not in self.launched
-            return {"add": add, "assign": assign, "size": len(self.members)}
+    def size(self):
+        return len(self.members)
+
+    def describe(self):
+        return {}
+
+    def offer(self, room):
+        """The live slots without a rank, at most `room`, as growth mpirun can spawn ([[host, n]]), and which slot
+        each process spawned there belongs to ({host: {"anchor", "slots" in local rank order, "new"}})."""
+        free = [i for i in self.live(OFFER_SILENCE) if i not in self.members and self._known(i)]
+        assign = self.assignment(free if room == float("inf") else free[:max(0, int(room))])
+        for name in assign:  # PMIX_ADD_HOST only for a host the job does not run on yet
+            assign[name]["new"] = name not in self.launched
+        return [[name, len(a["slots"])] for name, a in assign.items()], assign
 
     def _known(self, index):
         """Whether a slot's host already runs the job (or is mpirun's own): Open MPI 5.0.11 fails a spawn onto a
@@ -167,24 +168,8 @@ class SlotBook:
                      "running slot job)" % (index, self.slots[index]["host"]))
         return False
 
-    def reset(self, payload):
-        """`/reset`: rank 0's report of the job's slots after a shrink or before a spawn."""
-        _, slots, reason = protocol.check_reset(payload)
-        with self.cond:
-            self.members = {s for s in slots if s in self.slots and self.slots[s]["dead"] is not True}
-            self.launched |= {self.name(self.slots[s]["host"]) for s in self.members}
-            self.reasons.append((time.time(), reason, len(slots)))
-            self.cond.notify_all()
-        return {}
-
-    def log(self, payload):
-        self.say(protocol.check_log(payload))
-        return {}
-
-    def exit(self, payload):  # the ranks' exit reports (tfringrun uses them; here the call's results tell)
-        protocol.check_exit(payload)
-        return {"ack": True}
-
-    def handlers(self):
-        return {protocol.HOSTS: self.hosts, protocol.RESET: self.reset, protocol.LOG: self.log,
-                protocol.EXIT: self.exit}
+    def record(self, reason, hosts, slots, resets):
+        """Rank 0's report of the job's slots after a shrink or before a spawn."""
+        self.members = {s for s in slots if s in self.slots and self.slots[s]["dead"] is not True}
+        self.launched |= {self.name(self.slots[s]["host"]) for s in self.members}
+        self.cond.notify_all()
