@@ -1,6 +1,6 @@
 """tfringrun's elastic driver without MPI ranks (its signed channel: tests/common/test_signed_channel.py): discovery
-parsing and polling, the elastic book over discovered hosts (/hosts growth arithmetic, /reset blacklisting), the elastic flags, and the
-planned mpirun command (ULFM on, the secret forwarded by name only)."""
+parsing and polling, the elastic book over discovered hosts (/hosts growth arithmetic, /reset blacklisting), the
+elastic flags, and the planned mpirun command (ULFM on, the secret forwarded by name only)."""
 import io
 import json
 import os
@@ -129,7 +129,8 @@ def test_one_lost_process_on_a_healthy_host_is_not_blacklisted_only_its_slot_hel
 def test_host_losing_all_its_ranks_is_blacklisted_unless_discovery_dropped_it():
     book, lines = book_with([("h1", 2), ("h2", 1), ("h3", 1)], 4)
     book.reset({"hosts": ["h1", "h1", "h3"], "reason": "failure"})
-    assert "h2" in book.source.blacklist and [h for h, _ in book.source.available] == ["h1", "h3"] and book.source.generation == 2
+    hosts = book.source
+    assert "h2" in hosts.blacklist and [h for h, _ in hosts.available] == ["h1", "h3"] and hosts.generation == 2
     assert "blacklisted host h2 (all 1 of its ranks were lost while discovery still lists it) for the rest of " \
            "the job" in lines
     book.source.set_discovered([("h1", 2), ("h2", 1)])  # h3 leaves the discovery, then its rank dies: not a failure

@@ -88,8 +88,8 @@ def run_discovery(script, default_slots=DEFAULT_SLOTS, timeout=DISCOVERY_TIMEOUT
 
 
 class Poller:
-    """Runs discover() every `interval` s on a daemon thread into `hosts` (DiscoveredHosts); a failed run is logged (once per
-    distinct error) and ignored: the last good result stays."""
+    """Runs discover() every `interval` s on a daemon thread into `hosts` (DiscoveredHosts); a failed run is logged
+    (once per distinct error) and ignored: the last good result stays."""
 
     def __init__(self, discover, hosts, say, label, interval=POLL_INTERVAL):
         self.discover, self.hosts, self.say, self.label, self.interval = discover, hosts, say, label, interval
