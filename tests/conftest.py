@@ -53,6 +53,14 @@ def mpirun_command(np_):
     return [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none"]
 
 
+def free_port():
+    """A TCP port free on 127.0.0.1 now (the OS's choice; a test's own service binds it right after)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def rank_env():
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TF_CPP_MIN_LOG_LEVEL="2",

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, kill_session, job_summaries, rank_env, run_rank_pytest
+from conftest import ROOT, free_port, job_summaries, kill_session, rank_env, run_rank_pytest
 
 pytestmark = pytest.mark.slow  # launches real ranks or jobs
 
@@ -80,12 +80,17 @@ def test_killed_rank_rolls_back_and_reshards(tmp_path):
     # Rank 0 dies (the harder case: the survivors' new rank 0, which sends the state at sync, was rank 1; a dead
     # rank 1 took 16 s more here and found nothing else) between the commits of steps 3 and 6: steps 4 and 5 are
     # lost and redone at size 2.
-    victim, kill_at = 0, 5
-    rc, out = run_launcher(["-np", "3", "--min-np", "2", "python", JOB],
+    # The metrics endpoint moves with rank 0: the new one serves the reset on the same port.
+    victim, kill_at, token = 0, 5, tmp_path / "token"
+    rc, out = run_launcher(["-np", "3", "--min-np", "2", "--metrics-port", str(free_port()), "--metrics-token-file",
+                            str(token), "python", JOB],
                            {"ELASTIC_OUT": str(tmp_path), "ELASTIC_KILL": "%d:%d" % (victim, kill_at),
-                            "ELASTIC_COMMIT_EVERY": str(COMMIT_EVERY)})
+                            "ELASTIC_COMMIT_EVERY": str(COMMIT_EVERY), "ELASTIC_SCRAPE": str(token)})
     assert rc == 0, out[-5000:]
     assert "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]
+    assert json.load(open(tmp_path / "scrape.json")) == {
+        "tfring_size": 2, "tfring_elastic_resets_total": 1, "tfring_elastic_ranks_lost_total": 1,
+        "tfring_elastic_ranks_added_total": 0}
     killed = json.load(open(tmp_path / "killed.json"))
     assert killed["step"] == kill_at
     finals = [torch.load(f) for f in sorted(glob.glob(str(tmp_path / "final.*.pt")))]
@@ -159,11 +164,16 @@ def test_slot_added_by_discovery_gets_state_and_its_shard(tmp_path):
     script = tmp_path / "discover.sh"
     script.write_text("#!/bin/sh\ncat %s\n" % hosts)
     script.chmod(0o755)
-    rc, out = run_launcher(["-np", "2", "--max-np", "3", "--host-discovery-script", str(script), "python", JOB],
+    token = tmp_path / "token"
+    rc, out = run_launcher(["-np", "2", "--max-np", "3", "--host-discovery-script", str(script), "--metrics-port",
+                            str(free_port()), "--metrics-token-file", str(token), "python", JOB],
                            {"ELASTIC_OUT": str(tmp_path), "ELASTIC_GROW": "%s=localhost:3" % hosts,
-                            "ELASTIC_STEP_SLEEP": "0.25"})
+                            "ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_SCRAPE": str(token)})
     assert rc == 0, out[-5000:]
     assert "tfring.elastic: reset (grow): 2 -> 3 ranks" in out, out[-5000:]
+    assert json.load(open(tmp_path / "scrape.json")) == {
+        "tfring_size": 3, "tfring_elastic_resets_total": 1, "tfring_elastic_ranks_lost_total": 0,
+        "tfring_elastic_ranks_added_total": 1}
     finals = [torch.load(f) for f in sorted(glob.glob(str(tmp_path / "final.*.pt")))]
     assert sorted(f["rank"] for f in finals) == [0, 1, 2] and all(f["size"] == 3 for f in finals), out[-3000:]
     for f in finals[1:]:

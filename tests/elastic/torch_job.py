@@ -7,7 +7,9 @@ send itself ELASTIC_SIGNAL instead (STOP: it freezes, alive and silent);
 ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file after step 2 (ELASTIC_STEP_SLEEP slows steps).
 Every rank writes to $ELASTIC_OUT: init.pt (rank 0, the initial parameters and the data), log.<pid>.jsonl (one
 line per commit with the [epoch, dataset index] pairs this rank processed since the previous commit, one per
-restore, one per reset) and final.<pid>.pt (final parameters, Adam state, step counter, size)."""
+restore, one per reset) and final.<pid>.pt (final parameters, Adam state, step counter, size). With
+ELASTIC_SCRAPE=<token file> (and tfringrun --metrics-port), the final rank 0 scrapes its Prometheus endpoint and writes
+the elastic series it read to scrape.json."""
 import json
 import os
 import signal
@@ -108,6 +110,18 @@ def train(state):
 
 
 train(state)
+if os.environ.get("ELASTIC_SCRAPE") and hvd.rank() == 0:
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    from tfring.common import metrics_endpoint
+    with open(os.environ["ELASTIC_SCRAPE"]) as f:
+        request = urllib.request.Request("http://%s/metrics" % metrics_endpoint.address(),
+                                         headers={"Authorization": "Bearer " + f.read().strip()})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        text = reply.read().decode()
+    with open(os.path.join(OUT, "scrape.json"), "w") as f:
+        json.dump({s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+                   if s.name.startswith("tfring_elastic_") or s.name == "tfring_size"}, f)
 torch.save({"params": model.state_dict(), "adam": optimizer.state_dict()["state"], "step": state.step,
             "epoch": state.epoch, "rank": hvd.rank(), "size": hvd.size(), "tensorflow": "tensorflow" in sys.modules},
            os.path.join(OUT, "final.%d.pt" % os.getpid()))

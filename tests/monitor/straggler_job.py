@@ -97,6 +97,68 @@ def straggle(framework, slow_rank=-1, sleep=0.05, steps=40, mark=False):
             "metrics": hvd.metrics()}
 
 
+def scrape(token_file, path="/metrics", token=None, method="GET"):
+    """Rank 0's Prometheus endpoint as a scraper sees it: (HTTP status, {(metric name, rank label or None): value}
+    parsed by prometheus_client's own parser), with the bearer token read from `token_file` (or `token`)."""
+    import urllib.error
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    from tfring.common import metrics_endpoint
+    if token is None:
+        with open(token_file) as f:
+            token = f.read().strip()
+    headers = {"Authorization": "Bearer " + token} if token else {}
+    request = urllib.request.Request("http://%s%s" % (metrics_endpoint.address(), path), headers=headers,
+                                     method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            text = reply.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+    return 200, {(s.name, s.labels.get("rank")): s.value for f in text_string_to_metric_families(text)
+                 for s in f.samples}
+
+
+def steady_scrape(token_file, metrics):
+    """(scraped, metrics()) from the same monitor round (a round may land between the two reads: read again)."""
+    for _ in range(20):
+        before = metrics()
+        status, scraped = scrape(token_file)
+        assert status == 200, status
+        if metrics() == before:
+            return scraped, before
+        time.sleep(0.05)
+    raise AssertionError("the monitor's rounds kept changing during 20 scrapes")
+
+
+def check_totals(scraped, m, events=None):
+    """The scraped counters are hvd.metrics()' `m` totals (and the elastic `events`), in base units: what stays
+    the same from round to round once no collective runs."""
+    assert scraped[("tfring_size", None)] == m["size"] and scraped[("tfring_steps_total", None)] == m["total_steps"]
+    assert sorted(k[1] for k in scraped if k[0] == "tfring_rank_collectives_total") == \
+        [str(r) for r in range(m["size"])], scraped
+    for r in m["ranks"]:
+        rank, t = str(r["rank"]), r["total"]
+        assert scraped[("tfring_rank_collectives_total", rank)] == t["collectives"] > 0, (scraped, r)
+        assert scraped[("tfring_rank_reduced_bytes_total", rank)] == t["bytes_reduced"] > 0, (scraped, r)
+        assert scraped[("tfring_rank_wait_seconds_total", rank)] == t["wait_s"], (scraped, r)
+        assert scraped[("tfring_rank_transfer_seconds_total", rank)] == t["transfer_s"], (scraped, r)
+    for name, value in (events or {}).items():
+        assert scraped[("tfring_elastic_%s_total" % name, None)] == value, (name, scraped)
+
+
+def check_scrape(scraped, m, events=None):
+    """The scraped values are hvd.metrics()' `m` (and the elastic `events`), in base units: the totals and the
+    round's own figures."""
+    check_totals(scraped, m, events)
+    assert scraped[("tfring_monitor_rounds_total", None)] == m["round"]
+    for r in m["ranks"]:
+        rank = str(r["rank"])
+        assert abs(scraped[("tfring_rank_wait_seconds_per_step", rank)] - r["wait_ms_per_step"] / 1e3) < 1e-9
+        assert scraped[("tfring_rank_bus_bandwidth_gbps", rank)] == r["busbw_gbps"], (scraped, r)
+    assert scraped[("tfring_straggler_rank", None)] == (m["straggler"] or {}).get("rank", -1)
+
+
 def restart(hvd):
     """tfring restarted on every rank together (the files of a launch run in the same order everywhere), so the
     monitor's rounds start afresh."""
@@ -128,8 +190,14 @@ if __name__ == "__main__":
     p.add_argument("--sleep", type=float, default=0.05)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--mark", action="store_true", help="call mark_step() after each step")
+    p.add_argument("--scrape", help="rank 0 scrapes its metrics endpoint with the token in this file")
     args = p.parse_args()
-    __import__({"tf": "tfring.tensorflow", "torch": "tfring.torch", "jax": "tfring.jax"}[args.framework],
-               fromlist=["init"]).init()
+    binding = __import__({"tf": "tfring.tensorflow", "torch": "tfring.torch", "jax": "tfring.jax"}[args.framework],
+                         fromlist=["init"])
+    binding.init()
     result = straggle(args.framework, args.slow_rank, args.sleep, args.steps, args.mark)
+    if args.scrape and result["rank"] == 0:
+        scraped, m = steady_scrape(args.scrape, binding.metrics)
+        check_scrape(scraped, m)
+        print("SCRAPE %d" % len(scraped), flush=True)
     print("RESULT " + json.dumps(result), flush=True)

@@ -1,4 +1,5 @@
-"""The monitor on real ranks, through its own launches: tfringrun --metrics-file writes every rank's numbers; a stall
+"""The monitor on real ranks, through its own launches: tfringrun --metrics-file writes every rank's numbers (and
+--metrics-port serves them to a Prometheus scrape, checked against hvd.metrics()); a stall
 report names the Keras layer's variable behind a waiting gradient (every Keras backend) and what the missing rank
 waits on. (A rank slowed by a sleep is named within 20 steps at np=2 and 3, and a clean run names nobody, in the
 bindings' shared launches: tests/tf/ranks_monitor.py, tests/pt/ranks_torch_monitor.py,
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, rank_env, run_ranks
+from conftest import ROOT, free_port, rank_env, run_ranks
 
 JOB = os.path.join(ROOT, "tests", "monitor", "straggler_job.py")
 STALL = os.path.join(ROOT, "tests", "monitor", "stall_job.py")
@@ -20,12 +21,18 @@ STALL = os.path.join(ROOT, "tests", "monitor", "stall_job.py")
 
 @pytest.mark.slow
 def test_tfringrun_metrics_file_has_every_ranks_numbers(tmp_path):
-    path = tmp_path / "metrics.jsonl"
+    path, token = tmp_path / "metrics.jsonl", tmp_path / "private" / "token"
     env = dict(rank_env(), TFRING_MONITOR_INTERVAL_SECONDS="0.2")
+    # The same job serves Prometheus (--metrics-port): tfringrun writes the token file (0600) and passes the token
+    # to the ranks by name; rank 0 scrapes itself with it and checks the values against hvd.metrics().
     proc = subprocess.run([sys.executable, "-m", "tfring.runner", "-np", "2", "--metrics-file", str(path),
-                           sys.executable, JOB, "--slow-rank", "1", "--steps", "40", "--mark"],
+                           "--metrics-port", str(free_port()), "--metrics-token-file", str(token), "--verbose",
+                           sys.executable, JOB, "--slow-rank", "1", "--steps", "40", "--mark", "--scrape", str(token)],
                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-5000:]
+    assert os.stat(token).st_mode & 0o777 == 0o600 and len(token.read_text().strip()) >= 16
+    assert token.read_text().strip() not in proc.stdout and "-x TFRING_METRICS_TOKEN" in proc.stdout
+    assert re.search(r"SCRAPE \d+", proc.stdout) and "metrics for Prometheus at http://127.0.0.1:" in proc.stdout
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) >= 3, lines
     assert all(lines[i]["round"] < lines[i + 1]["round"] for i in range(len(lines) - 1)), lines

@@ -4,6 +4,7 @@ import atexit
 import ctypes
 
 from tfring.common import library as _lib
+from tfring.common import metrics_endpoint
 from tfring.common import process_sets as ps_mod
 from tfring.common.elastic import membership
 from tfring.common import topology as _topology
@@ -75,6 +76,7 @@ def init(comm=None, process_sets=None):
     if not _atexit_registered:
         atexit.register(shutdown)  # runs before mpi4py's MPI_Finalize
         _atexit_registered = True
+    metrics_endpoint.on_init()  # rank 0's Prometheus endpoint, when TFRING_METRICS_PORT is set
 
 
 def start_timeline(file_path, mark_cycles=False):
@@ -108,6 +110,7 @@ _shutdown_hooks = []  # bindings' per-run state (e.g. tfring.torch's handles and
 
 def shutdown():
     """Stops the background thread; collectives still pending fail with an error. `init()` may follow."""
+    metrics_endpoint.on_shutdown()
     if _lib._c is not None:
         _lib._c.tfring_shutdown()
     for hook in _shutdown_hooks:  # also on an elastic reset, which restarts the runtime through here

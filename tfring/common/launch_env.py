@@ -26,6 +26,10 @@ SLOT_ASSIGN = "TFRING_SLOT_ASSIGN"    # elastic slot jobs: JSON {host: {"anchor"
 #                                       pid, start], ...] by local rank}} (spawned: its host only), for the watchdogs
 SLOT_HOST_ID = "TFRING_SLOT_HOST_ID"  # tests: a made-up host id per slot ("{index}" replaced)
 
+# tfringrun --metrics-port: the bearer token of rank 0's Prometheus endpoint (tfring.common.metrics_endpoint), read
+# from (or written to) --metrics-token-file by the launcher; forwarded by name, never on a command line.
+METRICS_TOKEN = "TFRING_METRICS_TOKEN"
+
 
 def elastic_enabled(environ=None):
     """Whether this process runs in an elastic job (TFRING_ELASTIC=1)."""

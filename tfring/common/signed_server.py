@@ -96,6 +96,7 @@ class DriverServer:
         secret: the job's secret (hex string, see `signed_channel.new_secret`).
         handlers: {path: callable(dict) -> dict}, e.g. {"/hosts": ...}. A handler raises `BadRequest` for an
             unusable payload (400); any other exception is a 500.
+        port: the port to listen on (default 0: the OS chooses).
         log: where refusals and handler failures are written, one line each (default sys.stderr).
         name: what the log lines call this server (other services reuse the protocol, e.g. tfring.runner.slots).
         max_body: the largest request body accepted, in bytes (default MAX_BODY, 1 MiB).
@@ -112,7 +113,7 @@ class DriverServer:
     """
 
     def __init__(self, bind_host, secret, handlers, log=None, name="elastic driver", max_body=channel.MAX_BODY,
-                 backlog=BACKLOG, max_connections=MAX_CONNECTIONS, per_peer=PER_PEER, clients=0):
+                 backlog=BACKLOG, max_connections=MAX_CONNECTIONS, per_peer=PER_PEER, clients=0, port=0):
         if bind_host in ("", "0.0.0.0", "::"):
             raise ValueError("DriverServer: refusing to listen on every interface (%r)" % bind_host)
         channel.sign(secret, b"")  # validates the secret
@@ -128,7 +129,7 @@ class DriverServer:
         self._refusals = _RefusalLog(self.say, name, LOG_INTERVAL)
         self._nonces = _Nonces()
         family = socket.getaddrinfo(bind_host, 0, type=socket.SOCK_STREAM)[0][0]
-        self._sock = socket.create_server((bind_host, 0), family=family, backlog=int(backlog))
+        self._sock = socket.create_server((bind_host, int(port)), family=family, backlog=int(backlog))
         # Touched on the loop's thread only: open connections, per address, and those whose head is not verified
         # yet (oldest first).
         self._open, self._from, self._unverified = 0, collections.Counter(), collections.OrderedDict()

@@ -4,7 +4,7 @@ elastic flags are checked, and horovodrun's elastic defaults filled in."""
 import functools
 import os
 
-from tfring.common import knobs
+from tfring.common import knobs, launch_env, metrics_endpoint
 from tfring.runner.flags import UsageError, build_parser
 
 
@@ -126,6 +126,28 @@ def check(args):
         if value is not None:
             notes.append("%s ignored: %s" % (origin.get(dest) or "%s %s" % (flag_name(dest), value), why))
     args.notes = notes
+
+
+def metrics_env(env):
+    """The ranks' bearer token for rank 0's metrics endpoint when TFRING_METRICS_PORT is set (--metrics-port): read
+    from TFRING_METRICS_TOKEN_FILE (--metrics-token-file), written there first (mode 0600) when missing; passed in
+    the environment only (mpirun forwards it by name).
+
+    Args:
+        env: the ranks' environment (the flags' knob values already in it).
+
+    Returns:
+        dict: {TFRING_METRICS_TOKEN: token} or {} (no endpoint).
+
+    Raises:
+        UsageError: a bad port, or a token file that cannot be read or written.
+    """
+    try:
+        if not metrics_endpoint.port(env):
+            return {}
+        return {launch_env.METRICS_TOKEN: metrics_endpoint.token(dict(env, **{launch_env.METRICS_TOKEN: ""}))}
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def check_commit_dir(args, where=flag_name):

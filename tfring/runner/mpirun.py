@@ -11,7 +11,7 @@ import socket
 import sys
 
 from tfring.common import knobs, launch_env
-from tfring.runner.checks import knob_env
+from tfring.runner.checks import knob_env, metrics_env
 from tfring.runner.env import export_args
 from tfring.runner.flags import UsageError
 from tfring.runner.hosts import parse_hostfile, parse_hosts
@@ -230,6 +230,7 @@ def plan(args, environ=None):
     if ssh:
         cmd += ["--prtemca", "plm_ssh_args", " ".join(ssh)]
     env.update(knob_env(args))
+    env.update(metrics_env(env))
     if getattr(args, "commit_dir", None):
         env["TFRING_COMMIT_DIR"] = args.commit_dir  # (the knob table's row; the flag wins)
     command = rank_command(args)

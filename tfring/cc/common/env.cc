@@ -162,6 +162,24 @@ const std::vector<Knob>& KnobTable() {
           .Flag("--metrics-file", kMonitoring,
                 "rank 0 writes every rank's metrics there as JSON lines (wait, transfer, bytes, bus bandwidth, "
                 "straggler), at most once per TFRING_MONITOR_INTERVAL_SECONDS"),
+      Python("TFRING_METRICS_PORT", KnobType::INT, "0",
+             "Port of rank 0's Prometheus endpoint (http://ADDRESS:PORT/metrics, text format): every rank's wait, "
+             "transfer time, bytes, collectives and bus bandwidth, the step time, slowest rank and straggler, and the "
+             "elastic events, read at each scrape; answered only with the bearer token of "
+             "TFRING_METRICS_TOKEN_FILE. 0: no endpoint (docs/observability.md).")
+          .Flag("--metrics-port", kMonitoring,
+                "rank 0 serves every rank's metrics for Prometheus on this port (bearer token: "
+                "--metrics-token-file)"),
+      Python("TFRING_METRICS_TOKEN_FILE", KnobType::STRING, "~/.tfring/metrics-token",
+             "File holding the metrics endpoint's bearer token (a scraper's bearer_token_file); when it does not "
+             "exist, a new random token is written there (mode 0600) by tfringrun or, without it, by rank 0.")
+          .Flag("--metrics-token-file", kMonitoring,
+                "the metrics endpoint's bearer token (written, mode 0600, when "
+                "the file does not exist)"),
+      Python("TFRING_METRICS_ADDRESS", KnobType::STRING, "",
+             "Address rank 0's metrics endpoint binds to (never every interface); default: 127.0.0.1 when every "
+             "rank is on one host, else the address rank 0's host name resolves to.")
+          .Flag("--metrics-address", kMonitoring, "the address the metrics endpoint binds to"),
       Int("TFRING_MPI_MAX_COUNT", "2147483647", 1, 2147483647, &Settings::mpi_max_count,
           "Largest count per MPI call (MPI counts are int). Allreduce/broadcast are chunked to it; allgather, "
           "alltoall and reducescatter beyond it fail clearly. Lowering it only serves to test those paths. "

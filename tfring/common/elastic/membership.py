@@ -15,6 +15,19 @@ from tfring.common.signed_channel import client_from_env
 _lock = threading.Lock()
 _base = None  # the mpi4py communicator tfring runs on
 failed = False  # a worker failure happened: leave without MPI_Finalize (set by world.reset)
+_events = {"resets": 0, "ranks_lost": 0, "ranks_added": 0}  # this process's resets (world.reset counts them)
+
+
+def events():
+    """{"resets", "ranks_lost", "ranks_added"}: the elastic resets this process went through, the ranks they lost
+    (shrinks) and added (spawns); the metrics endpoint's elastic series."""
+    return dict(_events)
+
+
+def count(**events):
+    """Adds to the reset counts (world.reset, once per reset)."""
+    for name, n in events.items():
+        _events[name] += n
 
 
 def enabled():

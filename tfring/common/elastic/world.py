@@ -211,6 +211,7 @@ def reset(failure):
     """
     global _resets, _agreed
     _resets += 1
+    membership.count(resets=1)
     if failure:  # from here on this rank leaves without MPI_Finalize, which can hang after a process failure
         membership.failed = True
     limit = reset_limit()
@@ -225,6 +226,7 @@ def reset(failure):
         with _Deadline("shrinking the communicator", timeout()):
             comm = comm.Shrink()
         lost = (old_size or comm.size) - comm.size
+        membership.count(ranks_lost=lost)
         _report(comm, "failure")
         reason = "failure"
         if comm.size < min_np():
@@ -241,11 +243,13 @@ def reset(failure):
             plan = _plan_of(add) if comm.rank == 0 else None
             _report(comm, "grow", add, plan)
             comm, reason = _spawn(comm, add, plan), "grow"
+            membership.count(ranks_added=sum(n for _, n in add))
     else:
         add, _agreed = _agreed, None
         plan = _plan_of(add) if comm.rank == 0 else None
         _report(comm, "grow", add, plan)
         comm, reason = _spawn(comm, add, plan), "grow"
+        membership.count(ranks_added=sum(n for _, n in add))
     membership.set_base(comm)
     _forget_proposals()
     basics.init(comm=comm)
