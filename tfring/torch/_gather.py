@@ -14,13 +14,13 @@ def _first(outputs):
     return outputs[0]
 
 
+@_h.shared_docs
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating `tensor` of every rank along the first dimension (in rank order).
 
     Args:
         tensor: the tensor to gather (same trailing dimensions on every rank; the first may differ; not modified).
-        name: the collective's name (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {name_and_set}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns the concatenated tensor).
@@ -64,13 +64,13 @@ def _offsets(process_set, dims):
     return [int(g[:r].sum()) for g in gathered]
 
 
+@_h.shared_docs
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates `tensor` of every rank along the first dimension (in rank order); differentiable.
 
     Args:
         tensor: the tensor to gather (same trailing dimensions on every rank; the first may differ; not modified).
-        name: the collective's name (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {name_and_set}
 
     Returns:
         torch.Tensor: the concatenation; its first dimension is the sum of every rank's.
@@ -78,13 +78,13 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return _Allgather.apply(tensor, name, process_set)
 
 
+@_h.shared_docs
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts an allgather of each tensor of a list, negotiated as one group.
 
     Args:
         tensors: the tensors to gather (not modified).
-        name: base name of the group (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {group_name_and_set}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns the list of concatenations).
@@ -108,13 +108,13 @@ class _GroupedAllgather(torch.autograd.Function):
         return (None, None) + tuple(_my_rows(g, o, s) for g, o, s in zip(grads, offsets, ctx.shapes))
 
 
+@_h.shared_docs
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgather of each tensor of a list, negotiated as one group; differentiable.
 
     Args:
         tensors: the tensors to gather (not modified).
-        name: base name of the group (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {group_name_and_set}
 
     Returns:
         list: the concatenation of each tensor over the ranks.
@@ -137,14 +137,14 @@ def _broadcast_async(fn, tensor, output, root_rank, name, process_set, finish):
     return _h.submit(_h.C.broadcast_async(tensor, output, root, _h.name_arg(name), pid), [tensor], finish)
 
 
+@_h.shared_docs
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts sending `tensor` of rank `root_rank` to every rank; the input is not modified.
 
     Args:
         tensor: the tensor (same dtype and shape on every rank).
         root_rank: the global rank whose value is sent (also with a process set, as Horovod).
-        name: the collective's name (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {name_and_set}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns root's value).
@@ -157,14 +157,14 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     return _broadcast_async("broadcast_async", tensor, output, root_rank, name, process_set, _first)
 
 
+@_h.shared_docs
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts overwriting `tensor` on every rank with its value on rank `root_rank`.
 
     Args:
         tensor: the tensor (same dtype and shape on every rank); holds root's value once synchronized.
         root_rank: the global rank whose value is sent.
-        name: the collective's name (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {name_and_set}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns `tensor`).
@@ -193,14 +193,14 @@ class _Broadcast(torch.autograd.Function):
         return grad, None, None, None
 
 
+@_h.shared_docs
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns `tensor` of rank `root_rank` on every rank; differentiable.
 
     Args:
         tensor: the tensor (same dtype and shape on every rank; not modified).
         root_rank: the global rank whose value is sent.
-        name: the collective's name (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {name_and_set}
 
     Returns:
         torch.Tensor: root's value.
@@ -208,14 +208,14 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
+@_h.shared_docs
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrites `tensor` on every rank with its value on rank `root_rank` (not differentiable).
 
     Args:
         tensor: the tensor (same dtype and shape on every rank).
         root_rank: the global rank whose value is sent.
-        name: the collective's name (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {name_and_set}
 
     Returns:
         torch.Tensor: `tensor`.
@@ -246,6 +246,7 @@ def _alltoall_result(outputs):
     return outputs[0], outputs[1]
 
 
+@_h.shared_docs
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending `splits[i]` rows of `tensor` to rank i (in order) and receiving every rank's rows for this one.
 
@@ -253,8 +254,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         tensor: the tensor to distribute (same trailing dimensions on every rank; not modified).
         splits: rows for each rank (list or integer tensor, summing to the first dimension); None splits the
             first dimension evenly.
-        name: the collective's name (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {name_and_set}
 
     Returns:
         int: a handle for `poll()` / `synchronize()`, which returns `(output, received_splits)`: the received rows
@@ -289,14 +289,14 @@ class _Alltoall(torch.autograd.Function):
         return grad, None, None, None
 
 
+@_h.shared_docs
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends `splits[i]` rows of `tensor` to rank i and returns the rows every rank sent here; differentiable.
 
     Args:
         tensor: the tensor to distribute (same trailing dimensions on every rank; not modified).
         splits: rows for each rank (list or integer tensor); None splits the first dimension evenly.
-        name: the collective's name (default: auto-generated).
-        process_set: the ranks that take part (default: all).
+        {name_and_set}
 
     Returns:
         The received rows (in rank order) when `splits` is None, else `(output, received_splits)` with

@@ -1,15 +1,34 @@
-"""The torch extension, its handles (Horovod's int handles: poll / synchronize), and the argument checks every
-collective of tfring.torch shares."""
+"""The torch extension, its handles (Horovod's int handles: poll / synchronize), and the argument checks (and
+argument docs) every collective of tfring.torch shares."""
 import torch
 
 from tfring.common import basics as _basics
 from tfring.common import library as _lib
 from tfring.common.basics import nccl_built  # noqa: F401
+from tfring.common.docstrings import fill_docs
 from tfring.common.errors import HorovodInternalError
 from tfring.common.process_sets import process_set_id_of, process_set_of
 from tfring.common.reduce_ops import (Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                                       check_op, handle_average_backwards_compatibility, resolve_op)
 from tfring.common import reduce_ops as _reduce_ops
+
+# The arguments the collectives share, each worded once: a docstring line "{block}" takes the block
+# (`@shared_docs`), so help() shows the same words for the same argument everywhere.
+_PROCESS_SET = "process_set: the ranks that take part (default: all)."
+_SCALE = ("prescale_factor: multiplies the input before the reduction.\n"
+          "postscale_factor: multiplies the result after it.")
+_GROUP_SCALE = ("prescale_factor: multiplies the inputs before the reduction.\n"
+                "postscale_factor: multiplies the results after it.")
+_REDUCE_OP = "op: Average (default), Sum, Adasum, Min, Max or Product."
+_SCATTER_OP = "op: Average (default), Sum, Min, Max or Product."
+shared_docs = fill_docs({
+    "name_and_set": "name: the collective's name (default: auto-generated).\n" + _PROCESS_SET,
+    "group_name_and_set": "name: base name of the group (default: auto-generated).\n" + _PROCESS_SET,
+    "reduce_args": "\n".join([_REDUCE_OP, _SCALE, _PROCESS_SET]),
+    "group_reduce_args": "\n".join([_REDUCE_OP, _GROUP_SCALE, _PROCESS_SET]),
+    "scatter_args": "\n".join([_SCATTER_OP, _PROCESS_SET, _SCALE]),
+    "group_scatter_args": "\n".join([_SCATTER_OP, _PROCESS_SET, _GROUP_SCALE]),
+})
 
 
 def _load_extension():

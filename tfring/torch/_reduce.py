@@ -34,6 +34,7 @@ class _Result:
         return list(outputs) if self.grouped else outputs[0]
 
 
+@_h.shared_docs
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Starts reducing `tensor` over the ranks (Average by default); the input is not modified.
@@ -45,10 +46,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         tensor: the tensor to reduce.
         average: deprecated; True means op=Average, False op=Sum.
         name: the collective's name (default: auto-generated).
-        op: Average (default), Sum, Adasum, Min, Max or Product.
-        prescale_factor: multiplies the input before the reduction.
-        postscale_factor: multiplies the result after it.
-        process_set: the ranks that take part (default: all).
+        {reduce_args}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns the reduced tensor).
@@ -64,6 +62,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                             process_set, _Result(output=_h.empty_like(tensor)))
 
 
+@_h.shared_docs
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """Starts reducing `tensor` over the ranks in place.
@@ -72,10 +71,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         tensor: the tensor to reduce; holds the result once synchronized.
         average: deprecated; True means op=Average, False op=Sum.
         name: the collective's name (default: auto-generated).
-        op: Average (default), Sum, Adasum, Min, Max or Product.
-        prescale_factor: multiplies the input before the reduction.
-        postscale_factor: multiplies the result after it.
-        process_set: the ranks that take part (default: all).
+        {reduce_args}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns `tensor`).
@@ -108,6 +104,7 @@ class _Allreduce(torch.autograd.Function):
         return (grad,) + (None,) * 6
 
 
+@_h.shared_docs
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over the ranks (Average by default) and returns the result; differentiable.
@@ -117,10 +114,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         average: deprecated; True means op=Average, False op=Sum.
         name: the collective's name (default: auto-generated).
         compression: `Compression.none` (default) or `Compression.fp16` for the transfer.
-        op: Average (default), Sum, Adasum, Min, Max or Product.
-        prescale_factor: multiplies the input before the reduction.
-        postscale_factor: multiplies the result after it.
-        process_set: the ranks that take part (default: all).
+        {reduce_args}
 
     Returns:
         torch.Tensor: the reduced tensor, same shape and dtype as `tensor`.
@@ -134,6 +128,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(reduced, ctx)
 
 
+@_h.shared_docs
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """Reduces `tensor` over the ranks in place (not differentiable).
@@ -142,10 +137,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
         tensor: the tensor to reduce; holds the result afterwards.
         average: deprecated; True means op=Average, False op=Sum.
         name: the collective's name (default: auto-generated).
-        op: Average (default), Sum, Adasum, Min, Max or Product.
-        prescale_factor: multiplies the input before the reduction.
-        postscale_factor: multiplies the result after it.
-        process_set: the ranks that take part (default: all).
+        {reduce_args}
 
     Returns:
         torch.Tensor: `tensor`.
@@ -154,6 +146,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
                                            process_set))
 
 
+@_h.shared_docs
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):
     """Starts reducing a list of tensors as one group (negotiated together); the inputs are not modified.
@@ -162,10 +155,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
         tensors: the tensors to reduce (same device).
         average: deprecated; True means op=Average, False op=Sum.
         name: base name of the group (default: auto-generated); tensor i is named `<name>_<i+1>of<n>`.
-        op: Average (default), Sum, Adasum, Min, Max or Product.
-        prescale_factor: multiplies the inputs before the reduction.
-        postscale_factor: multiplies the results after it.
-        process_set: the ranks that take part (default: all).
+        {group_reduce_args}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns the list of reduced tensors).
@@ -181,6 +171,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             _Result(grouped=True))
 
 
+@_h.shared_docs
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=global_process_set):
     """Starts reducing a list of tensors in place as one group.
@@ -189,10 +180,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
         tensors: the tensors to reduce (same device); they hold the results once synchronized.
         average: deprecated; True means op=Average, False op=Sum.
         name: base name of the group (default: auto-generated).
-        op: Average (default), Sum, Adasum, Min, Max or Product.
-        prescale_factor: multiplies the inputs before the reduction.
-        postscale_factor: multiplies the results after it.
-        process_set: the ranks that take part (default: all).
+        {group_reduce_args}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns the list `tensors`).
@@ -223,6 +211,7 @@ class _GroupedAllreduce(torch.autograd.Function):
         return (None,) * 6 + tuple(grads)
 
 
+@_h.shared_docs
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces a list of tensors as one group and returns the results; differentiable.
@@ -232,10 +221,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
         average: deprecated; True means op=Average, False op=Sum.
         name: base name of the group (default: auto-generated).
         compression: `Compression.none` (default) or `Compression.fp16` for the transfer.
-        op: Average (default), Sum, Adasum, Min, Max or Product.
-        prescale_factor: multiplies the inputs before the reduction.
-        postscale_factor: multiplies the results after it.
-        process_set: the ranks that take part (default: all).
+        {group_reduce_args}
 
     Returns:
         list: the reduced tensors, in the order of `tensors`.
@@ -246,6 +232,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     return [compression.decompress(t, p[1]) for t, p in zip(reduced, pairs)]
 
 
+@_h.shared_docs
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
     """Reduces a list of tensors in place as one group (not differentiable).
@@ -254,10 +241,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
         tensors: the tensors to reduce; they hold the results afterwards.
         average: deprecated; True means op=Average, False op=Sum.
         name: base name of the group (default: auto-generated).
-        op: Average (default), Sum, Adasum, Min, Max or Product.
-        prescale_factor: multiplies the inputs before the reduction.
-        postscale_factor: multiplies the results after it.
-        process_set: the ranks that take part (default: all).
+        {group_reduce_args}
 
     Returns:
         list: `tensors`.

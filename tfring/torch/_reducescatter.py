@@ -40,6 +40,7 @@ def _reducescatter_result(outputs):
     return outputs[0]
 
 
+@_h.shared_docs
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
     """Starts reducing `tensor` over the ranks and scattering the result: rank i gets the i-th block of rows.
@@ -49,10 +50,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     Args:
         tensor: the tensor to reduce (same shape on every rank, at least one dimension; not modified).
         name: the collective's name (default: auto-generated).
-        op: Average (default), Sum, Min, Max or Product.
-        process_set: the ranks that take part (default: all).
-        prescale_factor: multiplies the input before the reduction.
-        postscale_factor: multiplies the result after it.
+        {scatter_args}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns this rank's block).
@@ -100,6 +98,7 @@ class _Reducescatter(torch.autograd.Function):
         return allgather(grad, process_set=ctx.process_set), None, None, None, None, None
 
 
+@_h.shared_docs
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the ranks and returns this rank's block of rows of the result; differentiable.
@@ -108,10 +107,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
         tensor: the tensor to reduce (same shape on every rank, at least one dimension; not modified).
         name: the collective's name (default: auto-generated).
         compression: `Compression.none` (default) or `Compression.fp16` for the transfer.
-        op: Average (default), Sum, Min, Max or Product.
-        process_set: the ranks that take part (default: all).
-        prescale_factor: multiplies the input before the reduction.
-        postscale_factor: multiplies the result after it.
+        {scatter_args}
 
     Returns:
         torch.Tensor: this rank's rows of the reduced tensor.
@@ -121,6 +117,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
     return compression.decompress(reduced, ctx)
 
 
+@_h.shared_docs
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                                 postscale_factor=1.0):
     """Starts a reducescatter of each tensor of a list, negotiated as one group.
@@ -128,10 +125,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     Args:
         tensors: the tensors to reduce (not modified).
         name: base name of the group (default: auto-generated).
-        op: Average (default), Sum, Min, Max or Product.
-        process_set: the ranks that take part (default: all).
-        prescale_factor: multiplies the inputs before the reduction.
-        postscale_factor: multiplies the results after it.
+        {group_scatter_args}
 
     Returns:
         int: a handle for `poll()` / `synchronize()` (which returns the list of this rank's blocks).
@@ -155,6 +149,7 @@ class _GroupedReducescatter(torch.autograd.Function):
         return (None,) * 5 + tuple(grouped_allgather(grads, process_set=ctx.process_set))
 
 
+@_h.shared_docs
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatter of each tensor of a list, negotiated as one group; differentiable.
@@ -163,10 +158,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
         tensors: the tensors to reduce (not modified).
         name: base name of the group (default: auto-generated).
         compression: `Compression.none` (default) or `Compression.fp16` for the transfer.
-        op: Average (default), Sum, Min, Max or Product.
-        process_set: the ranks that take part (default: all).
-        prescale_factor: multiplies the inputs before the reduction.
-        postscale_factor: multiplies the results after it.
+        {group_scatter_args}
 
     Returns:
         list: this rank's block of each reduced tensor.
