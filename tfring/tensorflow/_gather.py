@@ -4,6 +4,7 @@ import tensorflow as tf
 from tfring.tensorflow import _handles as _h
 
 
+@_h.shared_docs
 def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
     """Concatenates every rank's tensor along dimension 0, in rank order.
 
@@ -11,9 +12,7 @@ def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
 
     Args:
         tensor: a tensor of a numeric or bool dtype.
-        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
-        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
-        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        {collective_args}
 
     Returns:
         A tensor whose first dimension is the sum of the ranks' first dimensions.
@@ -30,14 +29,13 @@ def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
                                       **_h.names("HorovodAllgather", tensor, name))
 
 
+@_h.shared_docs
 def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=False):
     """`allgather` of a list of tensors in one negotiation (one op when they share a dtype).
 
     Args:
         tensors: a list of tensors of numeric or bool dtypes.
-        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
-        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
-        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        {collective_args}
 
     Returns:
         list: the gathered tensors, in the order of `tensors`.
@@ -59,15 +57,14 @@ def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=Fa
                                               **_h.names("HorovodGroupedAllgather", tensors[0], name))
 
 
+@_h.shared_docs
 def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
     """Every rank of the set receives `root_rank`'s tensor.
 
     Args:
         tensor: a tensor of a numeric or bool dtype (the same shape on every rank).
         root_rank: the global rank whose value is sent (also with a process set).
-        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
-        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
-        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        {collective_args}
 
     Returns:
         A tensor: `root_rank`'s value.
@@ -86,6 +83,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
                                       process_set_id=pid, **_h.names("HorovodBroadcast", tensor, name))
 
 
+@_h.shared_docs
 def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
     """Sends `splits[i]` rows of `tensor` to rank i of the set and receives the rows the others send.
 
@@ -93,9 +91,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope
         tensor: a tensor of a numeric or bool dtype.
         splits: rows for each rank (a list or 1-D int tensor summing to `tensor`'s first dimension); None
             splits the rows evenly.
-        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
-        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
-        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        {collective_args}
 
     Returns:
         The received rows (concatenated in rank order); with `splits` given, the pair `(rows,

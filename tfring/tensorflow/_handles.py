@@ -1,16 +1,32 @@
 """tfring.tensorflow's door to the core: the op library, and what every collective module (_reduce, _gather,
-_reducescatter) checks and names the same way."""
+_reducescatter) checks, names and documents the same way."""
 import contextlib
 import re
 
 import tensorflow as tf
 
+from tfring.common.docstrings import fill_docs
 from tfring.common.process_sets import process_set_id_of, process_set_of
 from tfring.tensorflow import _library
 
 NUMERIC = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
            tf.float64)
 ANY = NUMERIC + (tf.bool,)
+
+# The arguments the collectives share, each worded once: a docstring line "{block}" takes the block
+# (`@shared_docs`), so help() shows the same words for the same argument everywhere.
+shared_docs = fill_docs({
+    "collective_args": "name: what ranks match the collective by (default: from the input in graphs, the op type "
+                       "eagerly).\n"
+                       "process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.\n"
+                       "ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.",
+    "reduce_args": "average: deprecated (Horovod): True means `op=Average`, False `op=Sum`.\n"
+                   "device_dense, device_sparse: device for the collective (GPU builds) / for `tf.IndexedSlices`' "
+                   "allgathers.\n"
+                   "compression: `Compression.none`, `.fp16` or `.bf16`: the dtype floating tensors travel in.\n"
+                   "op: `Average` (default), `Sum`, `Min`, `Max`, `Product` or `Adasum` (power-of-two sets only).\n"
+                   "prescale_factor, postscale_factor: multiply the input before, the result after the reduction.",
+})
 
 
 def ops():

@@ -19,6 +19,7 @@ def allreduce_tensor(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_f
     return out
 
 
+@_h.shared_docs
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None, ignore_name_scope=False):
     """Reduces `tensor` over the ranks of `process_set`; every rank receives the result.
@@ -27,14 +28,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 
     Args:
         tensor: a tensor (or value convertible to one) of a numeric dtype, or a `tf.IndexedSlices`.
-        average: deprecated (Horovod): True means `op=Average`, False `op=Sum`.
-        device_dense, device_sparse: device for the collective (GPU builds) / for `tf.IndexedSlices`' allgathers.
-        compression: `Compression.none`, `.fp16` or `.bf16`: the dtype floating tensors travel in.
-        op: `Average` (default), `Sum`, `Min`, `Max`, `Product` or `Adasum` (power-of-two sets only).
-        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
-        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
-        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
-        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        {reduce_args}
+        {collective_args}
 
     Returns:
         A tensor of `tensor`'s shape and dtype (a `tf.IndexedSlices` for one).
@@ -77,6 +72,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(reduced, ctx)
 
 
+@_h.shared_docs
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None,
                       ignore_name_scope=False):
@@ -84,14 +80,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
 
     Args:
         tensors: a list of tensors; a `tf.IndexedSlices` among them makes every element an `allreduce`.
-        average: deprecated (Horovod): True means `op=Average`, False `op=Sum`.
-        device_dense, device_sparse: device for the collective (GPU builds) / for `tf.IndexedSlices`' allgathers.
-        compression: `Compression.none`, `.fp16` or `.bf16`: the dtype floating tensors travel in.
-        op: `Average` (default), `Sum`, `Min`, `Max`, `Product` or `Adasum` (power-of-two sets only).
-        prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
-        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
-        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
-        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        {reduce_args}
+        {collective_args}
 
     Returns:
         list: the reduced tensors, in the order of `tensors`.

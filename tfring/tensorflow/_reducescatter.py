@@ -5,6 +5,7 @@ from tfring.common.reduce_ops import Average, check_op
 from tfring.tensorflow import _handles as _h
 
 
+@_h.shared_docs
 def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces over the ranks, then rank i of the set keeps the i-th block of dimension 0.
@@ -14,9 +15,7 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_s
     Args:
         tensor: a tensor of a numeric dtype, at least 1-D, of the same shape on every rank.
         op: `Average` (default), `Sum`, `Min`, `Max` or `Product`.
-        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
-        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
-        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        {collective_args}
         prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
 
     Returns:
@@ -36,6 +35,7 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_s
                                           process_set_id=pid, **_h.names("HorovodReducescatter", tensor, name))
 
 
+@_h.shared_docs
 def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, ignore_name_scope=False,
                           prescale_factor=1.0, postscale_factor=1.0):
     """`reducescatter` of a list of tensors in one negotiation (one op when they share a dtype).
@@ -43,9 +43,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, igno
     Args:
         tensors: a list of tensors of numeric dtypes.
         op: `Average` (default), `Sum`, `Min`, `Max` or `Product`.
-        name: what ranks match the collective by (default: from the input in graphs, the op type eagerly).
-        process_set: the `tfring.ProcessSet` to run on (default: all ranks); only its ranks call it.
-        ignore_name_scope: in a graph, leave the enclosing name scopes out of the negotiated name.
+        {collective_args}
         prescale_factor, postscale_factor: multiply the input before, the result after the reduction.
 
     Returns:
