@@ -45,11 +45,9 @@ def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=Fa
         TypeError: a dtype is not supported.
     """
     pid = _h.set_id("grouped_allgather", process_set)
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = _h.convert_group("grouped_allgather", tensors, _h.ANY)
     if not tensors:
         return []
-    for t in tensors:
-        _h.check_dtype("grouped_allgather", t, _h.ANY)
     if len({t.dtype for t in tensors}) > 1:
         return [allgather(t, name=None if name is None else "%s_%d" % (name, i), process_set=process_set)
                 for i, t in enumerate(tensors)]

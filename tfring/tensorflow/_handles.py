@@ -64,6 +64,14 @@ def check_dtype(fn, tensor, allowed):
                         % (fn, tensor.dtype.name, ", ".join(d.name for d in allowed)))
 
 
+def convert_group(fn, tensors, allowed):
+    """A grouped collective's tensors as tensors, each dtype checked against `allowed`."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for t in tensors:
+        check_dtype(fn, t, allowed)
+    return tensors
+
+
 def set_id(fn, process_set):
     """process_set_id attr of a `process_set=` argument; ValueError if it names no registered set."""
     return process_set_id_of(process_set, fn)

@@ -55,11 +55,9 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, igno
     """
     pid = _h.set_id("grouped_reducescatter", process_set)
     check_op("grouped_reducescatter", op, adasum=False)
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = _h.convert_group("grouped_reducescatter", tensors, _h.NUMERIC)
     if not tensors:
         return []
-    for t in tensors:
-        _h.check_dtype("grouped_reducescatter", t, _h.NUMERIC)
     if len({t.dtype for t in tensors}) > 1:
         return [reducescatter(t, op=op, name=None if name is None else "%s_%d" % (name, i),
                               prescale_factor=prescale_factor, postscale_factor=postscale_factor,
