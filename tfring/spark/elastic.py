@@ -6,13 +6,13 @@ dies (its executor lost, the task killed) and grows when Spark runs a task again
 the same index, spark.task.maxFailures) or starts one that was waiting for cores."""
 import functools
 import os
-import sys
 import threading
 import uuid
 
 from tfring.common import launch_env
 from tfring.runner.slots.elastic_job import renamed_sizes
-from tfring.spark.runner import STOP_GRACE, _driver_address, _launch_args, seconds_setting, start_timeout_of
+from tfring.spark.runner import (STOP_GRACE, _driver_address, _end_jobs, _launch_args, seconds_setting,
+                                 shared_docs, start_timeout_of)
 
 WHO = "tfring.spark.run_elastic"
 
@@ -44,6 +44,7 @@ def _sizes(sc, num_proc, min_num_proc, max_num_proc, min_np, max_np):
     return num_proc, min_num_proc, max_num_proc
 
 
+@shared_docs
 def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_proc=None, start_timeout=None,
                 elastic_timeout=None, reset_limit=None, env=None, stdout=None, stderr=None, verbose=1, nics=None,
                 prefix_output_with_timestamp=False, min_np=None, max_np=None):
@@ -63,12 +64,7 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_
         elastic_timeout: seconds a reset may take and the wait below min_num_proc (default
             $HOROVOD_ELASTIC_TIMEOUT or 600).
         reset_limit: most resets before the job fails (default: no limit).
-        env: variables for the ranks, on top of this process's environment.
-        stdout: where the ranks' stdout goes (default sys.stdout).
-        stderr: where the ranks' stderr goes (default sys.stderr).
-        verbose: 2 or more prints the mpirun command.
-        nics: network interfaces (names or CIDR subnets) for tfring's traffic between hosts.
-        prefix_output_with_timestamp: timestamp every line of the ranks' output.
+        {rank_args}
         min_np: deprecated name of min_num_proc (as Horovod).
         max_np: deprecated name of max_num_proc.
 
@@ -124,11 +120,4 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_
                                "TFRING_SPARK_START_TIMEOUT) if executors are allocated on demand" % e) from None
         return job.call(fn, args, kwargs, alive=alive)  # its errors already say WHO
     finally:
-        job.stop(STOP_GRACE)
-        thread.join(STOP_GRACE)
-        if thread.is_alive():
-            sc.cancelJobGroup(group)
-            thread.join(STOP_GRACE)
-        job.close()
-        if thread.is_alive():
-            sys.stderr.write("%s: the Spark job %s did not end after cancellation\n" % (WHO, group))
+        _end_jobs(WHO, sc, group, thread, job, STOP_GRACE)

@@ -12,9 +12,32 @@ import threading
 import uuid
 
 from tfring.common import knobs
+from tfring.common.docstrings import fill_docs
 from tfring.runner.slots import LaunchError, RankError, SlotJob
 
 STOP_GRACE = 15.0  # seconds the tasks have to end on their own before the Spark job is cancelled
+
+# The arguments run and run_elastic share about the ranks' environment and output, worded once (the docstring
+# line "{rank_args}").
+shared_docs = fill_docs({"rank_args": """env: variables for the ranks, on top of this process's environment.
+stdout: where the ranks' stdout goes (default sys.stdout).
+stderr: where the ranks' stderr goes (default sys.stderr).
+verbose: 2 or more prints the mpirun command.
+nics: network interfaces (names or CIDR subnets) for tfring's traffic between hosts.
+prefix_output_with_timestamp: timestamp every line of the ranks' output."""})
+
+
+def _end_jobs(who, sc, group, thread, job, grace):
+    """Stops the slot job, gives the Spark job (run by `thread`) `grace` seconds to end, then cancels its job group;
+    says so on stderr when even that did not end it."""
+    job.stop(grace)
+    thread.join(grace)
+    if thread.is_alive():
+        sc.cancelJobGroup(group)
+        thread.join(STOP_GRACE)
+    job.close()
+    if thread.is_alive():
+        sys.stderr.write("%s: the Spark job %s did not end after cancellation\n" % (who, group))
 
 
 def _task(driver, secret, _partition):
@@ -111,6 +134,7 @@ def _renamed(error):
     return RuntimeError(_ours(error))
 
 
+@shared_docs
 def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=None, use_gloo=None,
         extra_mpi_args=None, env=None, stdout=None, stderr=None, verbose=1, nics=None,
         prefix_output_with_timestamp=False, executable=None):
@@ -127,12 +151,7 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
         use_mpi: accepted (tfring always runs on MPI).
         use_gloo: must not be true: tfring is MPI-only.
         extra_mpi_args: more mpirun arguments, one string.
-        env: variables for the ranks, on top of this process's environment.
-        stdout: where the ranks' stdout goes (default sys.stdout).
-        stderr: where the ranks' stderr goes (default sys.stderr).
-        verbose: 2 or more prints the mpirun command.
-        nics: network interfaces (names or CIDR subnets) for tfring's traffic between hosts.
-        prefix_output_with_timestamp: timestamp every line of the ranks' output.
+        {rank_args}
         executable: the ranks' Python (default: the executor's).
 
     Returns:
@@ -206,11 +225,4 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
         # The tasks end mpirun, the daemons and the ranks when told to stop; a failed job gets a few seconds for
         # that before the Spark job is cancelled (which kills the tasks' Python workers).
         grace = STOP_GRACE if done else 5.0 if job.launched else 0.5  # nothing to end when mpirun never ran
-        job.stop(grace)
-        thread.join(grace)
-        if thread.is_alive():
-            sc.cancelJobGroup(group)
-            thread.join(STOP_GRACE)
-        job.close()
-        if thread.is_alive():
-            sys.stderr.write("tfring.spark.run: the Spark job %s did not end after cancellation\n" % group)
+        _end_jobs("tfring.spark.run", sc, group, thread, job, grace)
