@@ -4,9 +4,18 @@ from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from tfring.common.docstrings import fill_docs
 from tfring.spark.common.data import row_group_units
 
 _FLOAT_ARRAY = T.ArrayType(T.FloatType())
+
+# feature_expr and label_expr take and give the same things; documented once ("{column_expr}").
+_shared_docs = fill_docs({"column_expr": """Args:
+    schema: the DataFrame's StructType.
+    name: the column.
+
+Returns:
+    pyspark.sql.Column, named `name`."""})
 
 
 def _kind(dtype):
@@ -43,15 +52,11 @@ def check_columns(schema, role, names):
                              "pyspark.ml.linalg vectors" % (role, name, fields[name].simpleString()))
 
 
+@_shared_docs
 def feature_expr(schema, name):
     """A feature column as float32: array<float> for vectors and arrays, float for scalars.
 
-    Args:
-        schema: the DataFrame's StructType.
-        name: the column.
-
-    Returns:
-        pyspark.sql.Column, named `name`.
+    {column_expr}
     """
     kind = _kind(schema[name].dataType)
     if kind == "vector":
@@ -59,15 +64,11 @@ def feature_expr(schema, name):
     return F.col(name).cast(_FLOAT_ARRAY if kind == "array" else T.FloatType()).alias(name)
 
 
+@_shared_docs
 def label_expr(schema, name):
     """A label column: integers stay integral (sparse losses want them), everything else float32.
 
-    Args:
-        schema: the DataFrame's StructType.
-        name: the column.
-
-    Returns:
-        pyspark.sql.Column, named `name`.
+    {column_expr}
     """
     if _kind(schema[name].dataType) == "int":
         return F.col(name).cast(T.LongType()).alias(name)

@@ -7,7 +7,20 @@ import os
 
 import pyarrow.fs
 
+from tfring.common.docstrings import fill_docs
+
 _FILE_SCHEME = "file://"
+
+# The training and validation data paths take the same dataset index; documented once ("{indexed_path}").
+_shared_docs = fill_docs({"indexed_path": """Args:
+    idx: a dataset index (the estimator passes its run id), appended as `.<idx>`.
+
+Returns:
+    str: the path."""})
+
+
+def _indexed(path, idx):
+    return path if idx is None else "%s.%s" % (path, idx)
 
 
 class Store:
@@ -68,27 +81,21 @@ class LocalStore(Store):
         """
         return self._fs
 
+    @_shared_docs
     def get_train_data_path(self, idx=None):
         """Directory of the training data's Parquet files.
 
-        Args:
-            idx: a dataset index (the estimator passes its run id), appended as `.<idx>`.
-
-        Returns:
-            str: the path.
+        {indexed_path}
         """
-        return self._train_path if idx is None else "%s.%s" % (self._train_path, idx)
+        return _indexed(self._train_path, idx)
 
+    @_shared_docs
     def get_val_data_path(self, idx=None):
         """Directory of the validation data's Parquet files.
 
-        Args:
-            idx: a dataset index (the estimator passes its run id), appended as `.<idx>`.
-
-        Returns:
-            str: the path.
+        {indexed_path}
         """
-        return self._val_path if idx is None else "%s.%s" % (self._val_path, idx)
+        return _indexed(self._val_path, idx)
 
     def get_runs_path(self):
         """Directory holding one subdirectory per run.
