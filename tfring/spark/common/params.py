@@ -1,6 +1,39 @@
 """Spark ML Params generated from a table, with Horovod's getter/setter names (getNumProc, setEpochs,
 getFeatureCols, ...): what tfring's Spark estimators and models share."""
-from pyspark.ml.param import Param, Params
+from pyspark.ml.param import Param, Params, TypeConverters
+
+# The params every estimator and model has, described once (as Horovod's EstimatorParams/ModelParams base
+# classes): each framework's table adds its own. name: (description, type converter or None, default).
+SHARED_ESTIMATOR_PARAMS = {
+    "num_proc": ("number of ranks (default: the SparkContext's defaultParallelism)", None, None),
+    "label_cols": ("label columns, one per model output", TypeConverters.toListString, None),
+    "sample_weight_col": ("optional column of per-row sample weights", None, None),
+    "validation": ("optional fraction (0 < v < 1) of rows held out at random, or a column name whose true/1 rows "
+                   "are the validation set", None, None),
+    "batch_size": ("rows per batch, per rank", TypeConverters.toInt, 32),
+    "val_batch_size": ("rows per validation batch (default: batch_size)", None, None),
+    "epochs": ("number of epochs", TypeConverters.toInt, 1),
+    "shuffle": ("shuffle each rank's training rows every epoch", TypeConverters.toBoolean, True),
+    "partitions_per_process": ("Parquet files written per rank", TypeConverters.toInt, 10),
+    "train_steps_per_epoch": ("optional steps per epoch (default: training rows / (batch_size * num_proc))",
+                              None, None),
+    "validation_steps_per_epoch": ("optional validation steps per epoch (default: each rank's whole shard)",
+                                   None, None),
+    "store": ("a tfring.spark.common.Store or a path (default: a new temporary directory)", None, None),
+    "backend_env": ("environment variables added for the ranks", None, {}),
+    "backend": ("a tfring.spark.common.backend.Backend (e.g. SparkBackend) that runs the ranks; sets num_proc",
+                None, None),
+    "inmemory_cache_all": ("accepted for Horovod's scripts: each rank always holds its shard in memory", None, False),
+}
+
+SHARED_MODEL_PARAMS = {
+    "feature_columns": ("the feature columns", TypeConverters.toListString, None),
+    "label_columns": ("the label columns", TypeConverters.toListString, None),
+    "output_cols": ("the prediction columns (default: <label>__output)", TypeConverters.toListString, None),
+    "run_id": ("the id of the run that trained the model", None, None),
+    "rank_rows": ("the training rows each rank read, in rank order", None, None),
+    "rank_steps": ("the training steps each rank ran per epoch, in rank order", None, None),
+}
 
 
 def _camel(name):
