@@ -7,6 +7,8 @@ import hashlib
 import numbers
 import os
 import tempfile
+import time
+import uuid
 
 from tfring.spark.common import prepare
 from tfring.spark.common.store import LocalStore, Store
@@ -131,6 +133,23 @@ def resolve_store(store):
     if isinstance(store, str):
         return Store.create(store)
     return store if store is not None else LocalStore(tempfile.mkdtemp(prefix="tfring-spark-"))
+
+
+def resolve_run(estimator, df, run_prefix):
+    """What every estimator's fit starts from: the number of ranks, the store and the run's id.
+
+    Args:
+        estimator: the estimator (its backend, num_proc, store and run_id params).
+        df: the DataFrame to fit.
+        run_prefix: the run id's prefix when run_id is not set (`<prefix>_<time>_<random>`).
+
+    Returns:
+        tuple: (num_proc, Store, run_id).
+    """
+    num_proc = resolve_num_proc(estimator, df)
+    store = resolve_store(estimator.getStore())
+    run_id = estimator.getRunId() or "%s_%d_%s" % (run_prefix, time.time(), uuid.uuid4().hex[:8])
+    return num_proc, store, run_id
 
 
 def stage_data(owner, estimator, df, store, run_id, num_proc):

@@ -1,7 +1,6 @@
 """KerasEstimator (fit a Keras model on a Spark DataFrame with tfring) and KerasModel (its Spark transformer)."""
 import math
 import numbers
-import time
 import uuid
 from typing import Iterator
 
@@ -132,9 +131,7 @@ class KerasEstimator(Estimator):
 
     def _fit(self, df):
         self._check(df)
-        num_proc = job.resolve_num_proc(self, df)
-        store = job.resolve_store(self.getStore())
-        run_id = self.getRunId() or "keras_%d_%s" % (time.time(), uuid.uuid4().hex[:8])
+        num_proc, store, run_id = job.resolve_run(self, df, "keras")
         train_units, val_units, train_rows, _ = job.stage_data("KerasEstimator", self, df, store, run_id, num_proc)
         model = self.getModel()
         input_shapes, output_shapes = [_shape(t) for t in model.inputs], [_shape(t) for t in model.outputs]

@@ -3,8 +3,6 @@ horovod.spark.lightning.TorchEstimator, which is stuck on Lightning 1.5)."""
 import copy
 import numbers
 import os
-import time
-import uuid
 
 import torch
 from pyspark.ml import Estimator
@@ -152,9 +150,7 @@ class LightningEstimator(Estimator):
 
     def _fit(self, df):
         self._check(df)
-        num_proc = job.resolve_num_proc(self, df)
-        store = job.resolve_store(self.getStore())
-        run_id = self.getRunId() or "lightning_%d_%s" % (time.time(), uuid.uuid4().hex[:8])
+        num_proc, store, run_id = job.resolve_run(self, df, "lightning")
         units, val_units, train_rows, val_rows = job.stage_data("LightningEstimator", self, df, store, run_id,
                                                                 num_proc)
         input_shapes = dry_run("LightningEstimator", self.getModel(), self.getFeatureCols(), self.getInputShapes(),

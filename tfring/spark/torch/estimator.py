@@ -2,8 +2,6 @@
 import copy
 import numbers
 import os
-import time
-import uuid
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -209,9 +207,7 @@ class TorchEstimator(Estimator):
 
     def _fit(self, df):
         self._check(df)
-        num_proc = job.resolve_num_proc(self, df)
-        store = job.resolve_store(self.getStore())
-        run_id = self.getRunId() or "pytorch_%d_%s" % (time.time(), uuid.uuid4().hex[:8])
+        num_proc, store, run_id = job.resolve_run(self, df, "pytorch")
         train_units, val_units, train_rows, _ = job.stage_data("TorchEstimator", self, df, store, run_id, num_proc)
         input_shapes = self._dry_run(train_units)
         checkpoint_path = os.path.join(store.get_run_path(run_id), CHECKPOINT)
