@@ -54,10 +54,10 @@ class ProcessSet:
     def _invalidate(self):
         self.process_set_id = None
 
-    def _topology(self):
-        if self.process_set_id is None:
-            return None
-        return _set_topology(self.process_set_id)
+    def _topology(self, field):
+        """One field of _set_topology's tuple (0 size, 1 rank, 2 local_size, 3 local_rank); None if unregistered."""
+        t = None if self.process_set_id is None else _set_topology(self.process_set_id)
+        return None if t is None else t[field]
 
     def size(self):
         """Number of ranks in the set, or None if it is not registered.
@@ -65,8 +65,7 @@ class ProcessSet:
         Returns:
             int or None
         """
-        t = self._topology()
-        return None if t is None else t[0]
+        return self._topology(0)
 
     def rank(self):
         """This process's rank within the set (-1 outside it), or None if it is not registered.
@@ -76,8 +75,7 @@ class ProcessSet:
         Returns:
             int or None
         """
-        t = self._topology()
-        return None if t is None else t[1]
+        return self._topology(1)
 
     def local_size(self):
         """Number of the set's ranks on this host (-1 outside the set; None if it is not registered).
@@ -85,8 +83,7 @@ class ProcessSet:
         Returns:
             int or None
         """
-        t = self._topology()
-        return None if t is None else t[2]
+        return self._topology(2)
 
     def local_rank(self):
         """This process's rank among the set's ranks on this host (-1 outside the set; None if unregistered).
@@ -94,8 +91,7 @@ class ProcessSet:
         Returns:
             int or None
         """
-        t = self._topology()
-        return None if t is None else t[3]
+        return self._topology(3)
 
     def included(self):
         """Whether this process is in the set.
