@@ -71,14 +71,5 @@ class BearerServer(DriverServer):
         except Exception as e:  # a handler bug is a 500; the endpoint goes on
             self.say("%s: handler failed: %s: %s" % (self.name, type(e).__name__, e))
             status, ctype, body = 500, "text/plain; charset=utf-8", b"handler failed\n"
-        headers = [("Content-Type", ctype), ("Content-Length", str(len(body))), ("Connection", "close")]
-        if status == 401:
-            headers.append(("WWW-Authenticate", 'Bearer realm="tfring"'))
-        try:
-            data = conn.send(h11.Response(status_code=status, headers=headers)) + conn.send(h11.Data(data=body)) + \
-                conn.send(h11.EndOfMessage())
-        except h11.LocalProtocolError:  # no valid request line to answer
-            return
-        writer.write(data)
-        writer.close()
-        await asyncio.wait_for(writer.wait_closed(), REQUEST_TIMEOUT)
+        await self._send(conn, writer, status, body, ctype,
+                         [("WWW-Authenticate", 'Bearer realm="tfring"')] if status == 401 else [])

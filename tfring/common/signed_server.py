@@ -354,8 +354,13 @@ class DriverServer:
             return 500, channel.encode({"error": "handler failed"})
 
     async def _reply(self, conn, writer, path, nonce, status, body):
-        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Connection", "close"),
-                   (channel.SIGNATURE_HEADER, channel.reply_signature(self._secret, path, nonce, status, body))]
+        await self._send(conn, writer, status, body, "application/json",
+                         [(channel.SIGNATURE_HEADER, channel.reply_signature(self._secret, path, nonce, status, body))])
+
+    async def _send(self, conn, writer, status, body, content_type, extra_headers=()):
+        """Writes one response and closes the connection (within REQUEST_TIMEOUT)."""
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Connection", "close")]
+        headers += list(extra_headers)
         try:
             data = conn.send(h11.Response(status_code=status, headers=headers)) + conn.send(h11.Data(data=body)) + \
                 conn.send(h11.EndOfMessage())
