@@ -14,6 +14,7 @@ from keras import ops
 from tfring.common.gradient_reducer import local_layer_variables
 from tfring.common.optimizer_delegation import InnerOptimizerDelegation
 from tfring.common.reduce_ops import Average, Sum
+from tfring.keras import _sharding
 from tfring.keras._backend import glue
 
 _glue = glue()
@@ -50,12 +51,19 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
         num_groups: deprecated spelling of an int `groups`.
         scale_local_gradients: divide local variables' gradients by the set's size (Horovod's default).
+        sharded: False, or ZeRO stage 1 or 2 (True: 1): each rank of the set keeps and updates the inner
+            optimizer's state for its 1/n of the weights (reduce-scatter the gradients, update the shard, all-gather
+            the weights; docs/sharded-optimizer.md). Keras keeps no gradients between steps, so the stages do the
+            same here. Element-wise inner optimizers only (SGD, Adam, AdamW, RMSprop, ...); global_clipnorm is
+            computed across the shards; checkpoints hold the unsharded layout (they load at any size, sharded or
+            not). Not combined with backward_passes_per_step > 1, groups, gradient_predivide_factor or local
+            variables (a ValueError says so).
         **kwargs: keras.optimizers.Optimizer's arguments (learning_rate is the inner optimizer's).
 
     Raises:
         TypeError: `optimizer` is not a Keras optimizer.
         ValueError: op is not Average or Sum, backward_passes_per_step < 1, gradient_predivide_factor without
-            Average, an unknown compression, or malformed groups.
+            Average, an unknown compression, malformed groups, or sharded with what it cannot combine with.
     """
 
     def __new__(cls, optimizer=None, *args, **kwargs):
@@ -68,7 +76,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     def __init__(self, optimizer, name=None, op=Average, compression=_glue.Compression.none, sparse_as_dense=False,
                  backward_passes_per_step=1, average_aggregated_gradients=False, gradient_predivide_factor=1.0,
                  groups=None, device_dense="", device_sparse="", process_set=None, num_groups=0,
-                 scale_local_gradients=True, **kwargs):
+                 scale_local_gradients=True, sharded=False, **kwargs):
         if isinstance(optimizer, dict):
             optimizer = keras.optimizers.deserialize(optimizer)
         if not isinstance(optimizer, keras.optimizers.Optimizer):
@@ -83,6 +91,8 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
                 raise ValueError("%s: compression=%r is not one of 'none', 'fp16', 'bf16'" % (WHO, compression))
             compression = _COMPRESSIONS[compression]
         _compression_name(compression)
+        stage = _sharded_stage(sharded, optimizer, backward_passes_per_step, groups or num_groups,
+                               gradient_predivide_factor)
         reducer = _glue.GradientReducer(WHO, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
                                         gradient_predivide_factor=gradient_predivide_factor, groups=groups,
                                         num_groups=num_groups, process_set=process_set, device_dense=device_dense,
@@ -98,6 +108,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         self.gradient_predivide_factor = gradient_predivide_factor
         self.process_set = process_set
         self._reducer = reducer
+        self.sharded, self._sharding = stage, None
 
     def register_local_var(self, var):
         """Keeps var's gradient local: not reduced over ranks (only scaled, see scale_local_gradients).
@@ -105,9 +116,18 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         Args:
             var: a trainable variable of the model.
         """
+        if self.sharded:
+            raise ValueError("%s: register_local_var: local variables and sharded=%d do not combine (a flat shard "
+                             "mixes every variable)" % (WHO, self.sharded))
         self._reducer.register_local(var)
 
     def build(self, var_list):
+        if self.sharded:
+            self._sharding = _sharding.Sharding(self, var_list, _glue.binding, self.op, self.process_set,
+                                                self.compression)
+            self.inner_optimizer.build(self._sharding.params)
+            super().build(var_list)
+            return
         self.inner_optimizer.build(var_list)
         if self.backward_passes_per_step > 1:
             self._pass_counter = self.add_variable((), dtype="int32", initializer="zeros", name="pass_counter")
@@ -124,10 +144,73 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
                 self.build(trainable_variables)
             self.built = True
         variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
-        if self.backward_passes_per_step == 1:
+        if self.sharded:
+            self._apply_sharded([None if g is None else _glue.dense(g) for g in grads], variables)
+        elif self.backward_passes_per_step == 1:
             self.inner_optimizer.apply(self._reducer.reduce(grads, variables), trainable_variables)
         else:
             self._accumulate(grads, variables, trainable_variables)
+
+    def _apply_sharded(self, grads, variables):
+        shards = self._sharding.reduce(grads)
+        self._sharding.load_params(variables)
+        inner, clip = self.inner_optimizer, self.inner_optimizer.global_clipnorm
+        if clip:  # the norm of the whole gradient: every shard's sum of squares, summed over the set
+            scale = self._sharding.clip_scale(shards, clip)
+            shards = [s * ops.cast(scale, s.dtype) for s in shards]
+        inner.global_clipnorm = None  # (clipped above; the inner optimizer would take its shard for the whole)
+        try:
+            inner.apply(shards, self._sharding.params)
+        finally:
+            inner.global_clipnorm = clip
+        self._sharding.store_params(variables)
+
+    def save_own_variables(self, store):
+        """The unsharded layout: each state shard all-gathered and cut per variable (every rank must call it)."""
+        if not self.sharded:
+            return super().save_own_variables(store)
+        for i, value in enumerate(self._unsharded_values()):
+            store[str(i)] = value
+
+    def load_own_variables(self, store):
+        """Takes an unsharded layout (saved sharded at any size, or unsharded) and keeps this rank's shard."""
+        if not self.sharded:
+            return super().load_own_variables(store)
+        self._load_unsharded([store[str(i)] for i in range(len(store.keys()))])
+
+    def _unsharded_values(self):
+        s, inner = self._sharding, self.inner_optimizer
+        own = [keras.ops.convert_to_numpy(v.value) for v in self._variables if not any(v is p for p in s.params)]
+        kinds = _sharding.sharded_kinds(inner, s.params)
+        plain = [keras.ops.convert_to_numpy(v.value) for v, k in zip(inner.variables, kinds) if k[0] == "plain"]
+        slots = {}
+        for suffix in sorted({k[2] for k in kinds if k[0] == "slot"}):
+            shards = [v for v, k in zip(inner.variables, kinds) if k[0] == "slot" and k[2] == suffix]
+            slots[suffix] = s.unshard(shards, suffix)
+        order = _sharding.unsharded_order(inner, len(s.layout.shapes))
+        return own + [plain[e[1]] if e[0] == "plain" else slots[e[2]][e[1]] for e in order]
+
+    def _load_unsharded(self, values):
+        s, inner = self._sharding, self.inner_optimizer
+        own = [v for v in self._variables if not any(v is p for p in s.params)]
+        order = _sharding.unsharded_order(inner, len(s.layout.shapes))
+        if len(values) != len(own) + len(order):
+            raise ValueError("%s: the checkpoint holds %d optimizer values, an unsharded %s on %d variables has %d"
+                             % (WHO, len(values), type(inner).__name__, len(s.layout.shapes), len(own) + len(order)))
+        for v, value in zip(own, values):
+            v.assign(value)
+        values = values[len(own):]
+        kinds = _sharding.sharded_kinds(inner, s.params)
+        plain = [values[n] for n, e in enumerate(order) if e[0] == "plain"]
+        per_slot = {}
+        for n, e in enumerate(order):
+            if e[0] == "slot":
+                per_slot.setdefault(e[2], [None] * len(s.layout.shapes))[e[1]] = values[n]
+        for v, k in zip(inner.variables, kinds):
+            if k[0] == "plain":
+                v.assign(plain[k[1]])
+        for suffix, per_var in per_slot.items():
+            s.reshard(per_var, [v for v, k in zip(inner.variables, kinds) if k[0] == "slot" and k[2] == suffix])
 
     def _accumulate(self, grads, variables, trainable_variables):
         k = self.backward_passes_per_step
@@ -159,6 +242,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             "gradient_predivide_factor": self.gradient_predivide_factor,
             "groups": self._reducer.groups if isinstance(self._reducer.groups, int) else None,
             "scale_local_gradients": self._reducer.scale_local_gradients,
+            "sharded": self.sharded,
         }
 
     @classmethod
@@ -166,6 +250,22 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         config = copy.deepcopy(config)
         inner = keras.saving.deserialize_keras_object(config.pop("optimizer"), custom_objects=custom_objects)
         return cls(inner, **config)
+
+
+def _sharded_stage(sharded, optimizer, backward_passes_per_step, groups, gradient_predivide_factor):
+    """The ZeRO stage of `sharded` (0: off), or a ValueError naming what does not combine with it."""
+    if sharded is True:
+        sharded = 1
+    if sharded is False or sharded is None or sharded == 0:
+        return 0
+    if isinstance(sharded, bool) or sharded not in _sharding.STAGES:
+        raise ValueError("%s: sharded=%r must be False, True, 1 or 2 (the ZeRO stage)" % (WHO, sharded))
+    for what, value, neutral in (("backward_passes_per_step", backward_passes_per_step, 1), ("groups", groups, 0),
+                                 ("gradient_predivide_factor", gradient_predivide_factor, 1.0)):
+        if (value or 0) != (neutral or 0):
+            raise ValueError("%s: %s=%r does not combine with sharded=%r (not built)" % (WHO, what, value, sharded))
+    _sharding.check_inner(WHO, optimizer)
+    return int(sharded)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",

@@ -1,0 +1,120 @@
+"""The sharded Keras optimizer (issue #46): per-rank memory and step time of tfring.keras.DistributedOptimizer(Adam)
+unsharded vs sharded=1 on train_step.py's dense model (25.2 M params: Adam's two moments are 2 x 100.8 MB), at
+np=2 and 3, on each Keras backend, all in one run:
+
+    .venv/bin/python benchmarks/sharded_optimizer.py [--backends jax,torch,tensorflow] [--no-doc]
+
+Each case is one launch of benchmarks/sharded_job.py (one after another, so drift hits every case alike). Writes
+benchmarks/results/sharded_optimizer.json, prints the markdown table, draws docs/sharded_optimizer.png (if
+matplotlib imports) and puts the table into docs/sharded-optimizer.md between `<!-- sharded -->` markers.
+Memory: each rank's peak RSS after training minus before the first step (the optimizer state, the gradients and
+the step's temporaries appear there), the median over ranks; "state" is what its optimizer variables hold."""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from doc_block import replace_block  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results", "sharded_optimizer.json")
+DOC, PLOT = os.path.join(ROOT, "docs", "sharded-optimizer.md"), os.path.join(ROOT, "docs", "sharded_optimizer.png")
+MARK, END = "<!-- sharded -->", "<!-- /sharded -->"
+
+
+def launch(backend, np_, sharded, steps):
+    out = tempfile.mktemp(suffix=".json")
+    env = dict(os.environ, KERAS_BACKEND=backend, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+    mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    cmd = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none", sys.executable,
+           os.path.join(HERE, "sharded_job.py"), "--sharded", str(sharded), "--steps", str(steps), "--out", out]
+    print("+ KERAS_BACKEND=%s np=%d sharded=%d" % (backend, np_, sharded), flush=True)
+    proc = subprocess.run(cmd, cwd=tempfile.gettempdir(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=900)
+    if not os.path.exists(out):
+        print(proc.stdout[-3000:], flush=True)
+        return {"backend": backend, "np": np_, "sharded": sharded, "error": proc.stdout.strip().splitlines()[-1]}
+    with open(out) as f:
+        r = json.load(f)
+    os.remove(out)
+    ranks = r["ranks"]
+    r.update(growth_mib=statistics.median(x["peak_after_mib"] - x["peak_before_mib"] for x in ranks),
+             state_mib=statistics.median(x["optimizer_mib"] for x in ranks),
+             step_s=max(x["step_s"] for x in ranks))
+    print("   state %.1f MiB, peak RSS growth %.1f MiB, step %.3f s" % (r["state_mib"], r["growth_mib"], r["step_s"]),
+          flush=True)
+    return r
+
+
+def table(rows, date):
+    by = {(r["backend"], r["np"], r["sharded"]): r for r in rows}
+    lines = [MARK, "", "Run of %s (`benchmarks/sharded_optimizer.py`): Keras fit, dense model (25.2 M params), Adam, "
+             "batch 32 per rank, one compute thread per rank, 2 cores. Memory per rank (median over ranks): the "
+             "optimizer variables' bytes and the peak RSS growth from before the first step to the end; step: the "
+             "slowest rank's median." % date, "",
+             "| backend | np | state unsharded MiB | state sharded MiB | RSS growth unsharded MiB | RSS growth sharded "
+             "MiB | saved MiB | step unsharded s | step sharded s | sharded / unsharded step |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for backend in sorted({r["backend"] for r in rows}):
+        for np_ in sorted({r["np"] for r in rows}):
+            a, b = by.get((backend, np_, 0)), by.get((backend, np_, 1))
+            if not a or not b or "error" in a or "error" in b:
+                lines.append("| %s | %d | failed: %s |" % (backend, np_, (a or b or {}).get("error", "missing")))
+                continue
+            lines.append("| %s | %d | %.1f | %.1f | %.0f | %.0f | %.0f | %.3f | %.3f | %.2fx |" % (
+                backend, np_, a["state_mib"], b["state_mib"], a["growth_mib"], b["growth_mib"],
+                a["growth_mib"] - b["growth_mib"], a["step_s"], b["step_s"], b["step_s"] / a["step_s"]))
+    return lines + ["", END]
+
+
+def plot(rows):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    ok = [r for r in rows if "error" not in r]
+    labels = sorted({(r["backend"], r["np"]) for r in ok})
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, sharded in enumerate((0, 1)):
+        vals = [next((r["growth_mib"] for r in ok if (r["backend"], r["np"], r["sharded"]) == (b, n, sharded)), 0)
+                for b, n in labels]
+        ax.bar([j + 0.4 * i for j in range(len(labels))], vals, 0.4, label="sharded" if sharded else "unsharded")
+    ax.set_xticks([j + 0.2 for j in range(len(labels))], ["%s np=%d" % lab for lab in labels])
+    ax.set_ylabel("peak RSS growth per rank (MiB)")
+    ax.set_title("Adam on a 25.2 M-parameter model: memory per rank")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=100)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--backends", default="jax,torch,tensorflow")
+    p.add_argument("--nps", default="2,3")
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--no-doc", action="store_true")
+    args = p.parse_args()
+    rows = [launch(b, int(n), s, args.steps) for b in args.backends.split(",") for n in args.nps.split(",")
+            for s in (0, 1)]
+    date = datetime.date.today().isoformat()
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as f:
+        json.dump({"date": date, "rows": rows}, f, indent=1)
+    lines = table(rows, date)
+    print("\n".join(lines))
+    plot(rows)
+    if not args.no_doc:
+        replace_block(DOC, lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The sharded Keras DistributedOptimizer (ZeRO, sharded=1|2) on real ranks, on the backend Keras runs: it trains to
+the single-process weights (identical on every rank) while each rank's optimizer state holds only its shard
+(uneven: 57 weights over 2 ranks), clips by the whole gradient's norm, shards over a process set, checkpoints in
+the unsharded layout (so a state saved at one size loads at another, sharded or not), and refuses by name what it
+cannot do."""
+import keras
+import numpy as np
+import pytest
+
+import tfring.keras as hvd
+from tfring.keras import _sharding
+from ranks_keras import B, data, make_model, my_shard, reference_weights, weights_equal_everywhere
+
+if not hvd.is_initialized():
+    hvd.init()
+R, N = hvd.rank(), hvd.size()
+WEIGHTS = 5 * 8 + 8 + 8 + 1  # make_model()'s
+
+
+def fit(optimizer, x, y, steps, per_rank=B, process_set=None):
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(optimizer, sharded=True, process_set=process_set), loss="mse")
+    model.fit(x, y, batch_size=per_rank, epochs=2, shuffle=False, verbose=0, steps_per_epoch=steps)
+    return model
+
+
+def state(optimizer):
+    store = {}
+    optimizer.save_own_variables(store)
+    return [np.asarray(store[str(i)]) for i in range(len(store))]
+
+
+@pytest.mark.parametrize("clip,bucket_bytes", [(None, None), (0.05, 64)])
+def test_sharded_adam_trains_to_the_single_process_weights_keeping_only_its_shard(clip, bucket_bytes, monkeypatch):
+    # 64-byte buckets: 16 weights each, variables spanning buckets, every bucket padded at np=3
+    if bucket_bytes:
+        monkeypatch.setattr(_sharding, "BUCKET_BYTES", bucket_bytes)
+    steps = 3
+    x, y = data(steps, N * B)
+    xs, ys = my_shard(x, y, steps, B)
+    model = fit(keras.optimizers.Adam(0.01, global_clipnorm=clip), xs, ys, steps)
+    want = reference_weights(x, y, N * B, steps, epochs=2, optimizer=keras.optimizers.Adam(0.01, global_clipnorm=clip))
+    for got, ref in zip(model.get_weights(), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+    assert weights_equal_everywhere(model)
+    inner = model.optimizer.inner_optimizer
+    lengths = [16] * (WEIGHTS // 16) + [WEIGHTS % 16] if bucket_bytes else [WEIGHTS]
+    shards = sorted(-(-n // N) for n in lengths) * 2  # Adam's m and v of each bucket
+    assert sorted(int(np.prod(v.shape)) for v in inner.variables if len(v.shape)) == sorted(shards)
+
+
+def test_the_checkpoint_is_the_unsharded_layout_and_loads_at_another_size():
+    steps = 2
+    x, y = data(steps, N * B)
+    xs, ys = my_shard(x, y, steps, B)
+    sharded = fit(keras.optimizers.Adam(0.01), xs, ys, steps)
+    plain = make_model()
+    plain.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    plain.fit(xs, ys, batch_size=B, epochs=2, shuffle=False, verbose=0, steps_per_epoch=steps)
+    saved = state(sharded.optimizer)
+    for got, ref in zip(saved, state(plain.optimizer)):  # what an unsharded run of the same steps holds
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-7)
+    # Loaded by a sharded optimizer over 2 ranks (np=3: a set that is not every rank) and saved again: the same.
+    ps = hvd.add_process_set([0, 1]) if N > 2 else hvd.global_process_set  # (a set of every rank exists)
+    try:
+        if ps.included():
+            other = make_model()
+            other.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), sharded=2,
+                                                             process_set=ps), loss="mse")
+            other.optimizer.build(other.trainable_variables)
+            other.optimizer.load_own_variables({str(i): v for i, v in enumerate(saved)})
+            shard = -(-WEIGHTS // 2)
+            moments = [v for v in other.optimizer.inner_optimizer.variables if len(v.shape)]
+            assert [tuple(v.shape) for v in moments] == [(shard,), (shard,)]
+            for got, ref in zip(state(other.optimizer), saved):
+                np.testing.assert_array_equal(got, ref)
+    finally:
+        if N > 2:
+            hvd.remove_process_set(ps)
+
+
+def test_save_and_load_model_round_trip_on_every_rank(tmp_path):
+    steps = 2
+    x, y = data(steps, N * B)
+    xs, ys = my_shard(x, y, steps, B)
+    model = fit(keras.optimizers.Adam(0.01), xs, ys, steps)
+    path = str(tmp_path / ("rank%d.keras" % R))  # every rank saves: the state is gathered (rank 0's file is the one)
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded.optimizer, hvd.DistributedOptimizer) and loaded.optimizer.sharded == 1
+    for got, ref in zip(state(loaded.optimizer), state(model.optimizer)):
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_what_sharding_cannot_do_is_refused_by_name():
+    adam = keras.optimizers.Adam(0.01)
+    with pytest.raises(ValueError, match="sharded=3 must be False, True, 1 or 2"):
+        hvd.DistributedOptimizer(adam, sharded=3)
+    with pytest.raises(ValueError, match="clipnorm=1.0 clips each variable"):
+        hvd.DistributedOptimizer(keras.optimizers.Adam(0.01, clipnorm=1.0), sharded=True)
+    with pytest.raises(ValueError, match="Adafactor updates by per-variable shapes"):
+        hvd.DistributedOptimizer(keras.optimizers.Adafactor(), sharded=True)
+    with pytest.raises(ValueError, match="backward_passes_per_step=2 does not combine with sharded"):
+        hvd.DistributedOptimizer(adam, sharded=True, backward_passes_per_step=2)
+    with pytest.raises(ValueError, match="groups=2 does not combine"):
+        hvd.DistributedOptimizer(adam, sharded=True, groups=2)
+    opt = hvd.DistributedOptimizer(adam, sharded=True)
+    with pytest.raises(ValueError, match="local variables and sharded=1"):
+        opt.register_local_var(make_model().trainable_variables[0])

@@ -1,0 +1,243 @@
+"""Sharded optimizer state for the Keras DistributedOptimizer (ZeRO stages 1 and 2, sharded=1|2), one implementation
+for every backend: Keras ops plus the binding's reducescatter and allgather (compiled into the JAX trainer's jitted
+step, graph ops in TensorFlow's tf.function, eager on torch).
+
+The trainable variables of one dtype are laid end to end in a flat vector cut into buckets (Layout: at most
+BUCKET_BYTES each, a variable may span buckets), each padded to a multiple of the set's size n; rank r owns
+elements [r*s, (r+1)*s) of every bucket (s = ceil(length / n)). Each step, bucket by bucket: the flat gradient is
+reduce-scattered (each rank receives the average of its shard), the rank's shard of the current weights is copied
+into a shard variable (so weights changed outside the optimizer, by a broadcast or load_weights, are what it
+updates), the inner optimizer updates the shard variables, whose state (Adam's moments, ...) is therefore 1/n of the
+unsharded one, and the updated shards are all-gathered back into the model's variables. Stage 2 differs only with
+backward_passes_per_step > 1: the gradients are reduce-scattered on every pass and only the shard is accumulated
+(stage 1 accumulates the whole local gradient and communicates on the k-th pass).
+
+Checkpoints hold the unsharded layout (save_own_variables all-gathers each state shard and cuts it per variable;
+load_own_variables cuts its shard back out), so a state saved at one size loads at another, sharded or not."""
+import math
+import re
+
+import keras
+import numpy as np
+from keras import ops
+
+from tfring.common.reduce_ops import Sum
+
+STAGES = (1, 2)
+# Optimizers whose update of an element depends on that element's gradient and state only (so a flat shard is
+# updated exactly as the variables' slices would be); Adafactor, Lamb, Muon & co. use per-variable shapes or norms.
+ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Nadam", "Ftrl", "Lion")
+
+
+BUCKET_BYTES = 16 << 20  # a bucket's flat vector: what one step's temporaries hold at a time, per collective
+
+
+class Layout:
+    """Where each trainable variable lies in its dtype's flat vector, cut into buckets of at most BUCKET_BYTES
+    (a variable may span buckets), and this rank's shard of each bucket: a bucket of L elements padded to size * s
+    (s = ceil(L / size)), rank r owning [r*s, (r+1)*s). Buckets bound the full-size temporaries of a step (the
+    flat gradient, the gathered weights) to a bucket's, so the state saved is not spent again on them.
+
+    Args:
+        variables: the model's trainable variables (the same order on every rank).
+        rank, size: this rank's position in the process set and the set's size.
+        bucket_bytes: the most bytes of one bucket (default BUCKET_BYTES).
+    """
+
+    def __init__(self, variables, rank, size, bucket_bytes=None):
+        bucket_bytes = bucket_bytes or BUCKET_BYTES
+        self.rank, self.size = rank, size
+        self.shapes = [tuple(v.shape) for v in variables]
+        self.counts = [int(math.prod(shape)) for shape in self.shapes]
+        self.buckets = []  # [{"dtype", "pieces": [(var, lo, hi)], "length", "shard", "mine": [(var, lo, hi)]}]
+        by_dtype = {}
+        for i, v in enumerate(variables):
+            by_dtype.setdefault(str(v.dtype), []).append(i)
+        for dtype, indexes in by_dtype.items():
+            limit = max(size, bucket_bytes // np.dtype(dtype).itemsize)
+            bucket = None
+            for i in indexes:
+                lo = 0
+                while lo < self.counts[i] or (self.counts[i] == 0 and lo == 0):
+                    if bucket is None or bucket["length"] >= limit:
+                        bucket = {"dtype": dtype, "pieces": [], "length": 0}
+                        self.buckets.append(bucket)
+                    hi = min(self.counts[i], lo + limit - bucket["length"])
+                    bucket["pieces"].append((i, lo, hi))
+                    bucket["length"] += hi - lo
+                    if hi == lo:
+                        break
+                    lo = hi
+        for b in self.buckets:
+            b["shard"] = max(1, -(-b["length"] // size))
+            b["mine"] = self._within(b, rank * b["shard"], (rank + 1) * b["shard"])
+
+    @staticmethod
+    def _within(bucket, start, end):
+        """The pieces of the bucket's elements [start, end)."""
+        out, at = [], 0
+        for i, lo, hi in bucket["pieces"]:
+            a, z = max(start, at), min(end, at + hi - lo)
+            if a < z:
+                out.append((i, lo + a - at, lo + z - at))
+            at += hi - lo
+        return out
+
+    def _concat(self, bucket, pieces, values, length):
+        parts = [ops.reshape(values[i], (-1,))[lo:hi] for i, lo, hi in pieces]
+        pad = length - sum(hi - lo for _, lo, hi in pieces)
+        if pad:
+            parts.append(ops.zeros((pad,), dtype=bucket["dtype"]))
+        return ops.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+
+    def flat(self, bucket, values):
+        """The bucket's flat vector of `values` (one per variable), padded to size * shard."""
+        return self._concat(bucket, bucket["pieces"], values, bucket["shard"] * self.size)
+
+    def mine(self, bucket, values):
+        """This rank's shard of the bucket's flat vector of `values`, built from those slices only."""
+        return self._concat(bucket, bucket["mine"], values, bucket["shard"])
+
+    def numpy_flat(self, bucket, values):
+        """flat() of numpy values, in numpy (checkpoints)."""
+        parts = [np.asarray(values[i]).reshape(-1)[lo:hi] for i, lo, hi in bucket["pieces"]]
+        parts.append(np.zeros(bucket["shard"] * self.size - bucket["length"], dtype=bucket["dtype"]))
+        return np.concatenate(parts)
+
+
+def check_inner(who, optimizer):
+    """What cannot combine with sharding, said by name (never silently wrong)."""
+    if not isinstance(optimizer, tuple(getattr(keras.optimizers, n) for n in ELEMENTWISE)):
+        raise ValueError("%s: sharded: %s updates by per-variable shapes or norms, which a flat shard does not "
+                         "have; sharding supports element-wise optimizers (%s)" % (
+                             who, type(optimizer).__name__, ", ".join(ELEMENTWISE)))
+    if getattr(optimizer, "_exclude_from_weight_decay", None) or \
+            getattr(optimizer, "_exclude_from_weight_decay_pattern", None):
+        raise ValueError("%s: sharded: exclude_from_weight_decay names variables, which a flat shard mixes; decay "
+                         "every variable or do not shard" % who)
+    if getattr(optimizer, "clipnorm", None):
+        raise ValueError("%s: sharded: the inner optimizer's clipnorm=%r clips each variable by its own norm, which "
+                         "spans shards; use global_clipnorm (computed across the shards) instead"
+                         % (who, optimizer.clipnorm))
+
+
+def global_norm_scale(shards, clipnorm, reduce_sum):
+    """The factor min(1, clipnorm / global norm) of the gradient shards (the sum of squares reduced over the set)."""
+    squares = ops.sum(ops.stack([ops.sum(ops.square(ops.cast(s, "float32"))) for s in shards]))
+    norm = ops.sqrt(reduce_sum(squares))
+    return ops.minimum(1.0, clipnorm / ops.maximum(norm, 1e-12))
+
+
+class Sharding:
+    """The sharded path of one DistributedOptimizer (built with its variables).
+
+    Args:
+        owner: the DistributedOptimizer (it creates the shard variables, so they are part of its state).
+        variables: the model's trainable variables.
+        binding: the backend's tfring binding (reducescatter, allgather, allreduce).
+        op: Average or Sum.
+        process_set: the set to shard over, or None (every rank).
+        compression: the binding's Compression class member for the wire.
+    """
+
+    def __init__(self, owner, variables, binding, op, process_set, compression):
+        from tfring.common import topology
+        self.binding, self.op, self.compression = binding, op, compression
+        self.kwargs = {} if process_set is None else {"process_set": process_set}
+        rank, size = (topology.rank(), topology.size()) if process_set is None else \
+            (process_set.rank(), process_set.size())
+        if rank is None or rank < 0:
+            raise ValueError("tfring.keras.DistributedOptimizer: sharded on a rank outside process_set %r"
+                             % (process_set,))
+        self.layout = Layout(variables, rank, size)
+        self.params = [owner.add_variable((b["shard"],), dtype=b["dtype"], initializer="zeros",
+                                          name="param_shard_%d" % k) for k, b in enumerate(self.layout.buckets)]
+
+    def reduce(self, grads):
+        """The averaged (or summed) shards of the gradients, one per bucket."""
+        grads = [ops.zeros(s) if g is None else g for g, s in zip(grads, self.layout.shapes)]
+        out = []
+        for k, b in enumerate(self.layout.buckets):
+            wire, ctx = self.compression.compress(self.layout.flat(b, grads))
+            shard = self.binding.reducescatter(wire, name="sharded.grads.%d" % k, op=self.op, **self.kwargs)
+            out.append(self.compression.decompress(shard, ctx))
+        return out
+
+    def load_params(self, variables):
+        """Copies this rank's shard of the current weights into the shard variables."""
+        values = [v.value for v in variables]
+        for b, p in zip(self.layout.buckets, self.params):
+            p.assign(self.layout.mine(b, values))
+
+    def store_params(self, variables):
+        """All-gathers the updated shards into the model's variables (each assigned once it is whole)."""
+        parts = {}
+        for k, (b, p) in enumerate(zip(self.layout.buckets, self.params)):
+            full = self.binding.allgather(p.value, name="sharded.params.%d" % k, **self.kwargs)
+            at = 0
+            for i, lo, hi in b["pieces"]:
+                parts.setdefault(i, []).append(full[at:at + hi - lo])
+                at += hi - lo
+                if hi == self.layout.counts[i]:
+                    got = parts.pop(i)
+                    whole = ops.concatenate(got, axis=0) if len(got) > 1 else got[0]
+                    variables[i].assign(ops.reshape(whole, self.layout.shapes[i]))
+
+    def clip_scale(self, shards, clipnorm):
+        def reduce_sum(x):
+            return self.binding.allreduce(x, name="sharded.norm", op=Sum, **self.kwargs)
+        return global_norm_scale(shards, clipnorm, reduce_sum)
+
+    # -- checkpoints in the unsharded layout --
+
+    def _gather(self, shard, k, what):
+        full = self.binding.allgather(ops.convert_to_tensor(keras.ops.convert_to_numpy(shard)),
+                                      name="sharded.save.%s.%d" % (what, k), **self.kwargs)
+        return np.asarray(keras.ops.convert_to_numpy(full))
+
+    def unshard(self, shards, what):
+        """Per-variable numpy values (in variable order) of one state kind held as shards, one per bucket."""
+        parts = [[] for _ in self.layout.shapes]
+        for k, (b, shard) in enumerate(zip(self.layout.buckets, shards)):
+            full, at = self._gather(shard.value, k, what), 0
+            for i, lo, hi in b["pieces"]:
+                parts[i].append(full[at:at + hi - lo])
+                at += hi - lo
+        return [np.concatenate(p).reshape(shape) for p, shape in zip(parts, self.layout.shapes)]
+
+    def reshard(self, values, shards):
+        """Assigns this rank's shard of per-variable numpy `values` to the shard variables."""
+        for b, shard in zip(self.layout.buckets, shards):
+            start = self.layout.rank * b["shard"]
+            shard.assign(self.layout.numpy_flat(b, values)[start:start + b["shard"]])
+
+
+def unsharded_order(inner, count):
+    """The variables an unsharded `inner` would have on `count` model variables, in its order: ("plain", j) for its
+    j-th own variable (iterations, learning rate), ("slot", i, suffix) for variable i's state. Read off a clone
+    built on `count` stand-in variables: where each kind goes is the optimizer's business, not ours."""
+    probe = type(inner).from_config(inner.get_config())
+    probe.build([keras.Variable(np.zeros((1,), "float32"), name="tfring_probe_%d" % i) for i in range(count)])
+    order, plain, pattern = [], 0, re.compile(r"tfring_probe_(\d+)_(.+)$")
+    for v in probe.variables:
+        found = pattern.search(v.name)
+        if found:
+            order.append(("slot", int(found.group(1)), found.group(2)))
+        else:
+            order.append(("plain", plain))
+            plain += 1
+    return order
+
+
+def sharded_kinds(inner, params):
+    """The sharded inner optimizer's variables, as ("plain", j) or ("slot", group k, suffix)."""
+    prefixes = [p.path.replace("/", "_") + "_" for p in params]
+    kinds, plain = [], 0
+    for v in inner.variables:
+        k = next((k for k, pre in enumerate(prefixes) if v.name.startswith(pre)), None)
+        if k is None:
+            kinds.append(("plain", plain))
+            plain += 1
+        else:
+            kinds.append(("slot", k, v.name[len(prefixes[k]):]))
+    return kinds
