@@ -118,7 +118,8 @@ def per_file_results(report, files):
 # The Keras 3 rank files (any backend): they join each binding's own launches (tests/tf/test_ranks.py,
 # tests/jx/test_jax_ranks.py, tests/pt/test_torch_ranks.py) under KERAS_BACKEND=tensorflow, jax and torch, so a
 # backend costs no launch of its own; keras3_env(backend) is what those launches set for them.
-KERAS3_FILES = ["tests/keras3/ranks_keras.py", "tests/keras3/ranks_keras_more.py", "tests/keras3/ranks_keras_sharded.py"]
+KERAS3_FILES = ["tests/keras3/ranks_keras.py", "tests/keras3/ranks_keras_more.py",
+                "tests/keras3/ranks_keras_sharded.py"]
 
 
 def keras3_env(backend):
