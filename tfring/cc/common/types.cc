@@ -3,92 +3,25 @@
 namespace tfring {
 
 int DataTypeSize(DataType t) {
-  switch (t) {
-    case DataType::UINT8:
-    case DataType::INT8:
-    case DataType::BOOL:
-      return 1;
-    case DataType::UINT16:
-    case DataType::INT16:
-    case DataType::FLOAT16:
-    case DataType::BFLOAT16:
-      return 2;
-    case DataType::INT32:
-    case DataType::FLOAT32:
-      return 4;
-    case DataType::INT64:
-    case DataType::FLOAT64:
-      return 8;
-  }
-  return 0;
+  static const int kSizes[] = {1, 1, 2, 2, 4, 8, 2, 4, 8, 1, 2};
+  return ByEnum(kSizes, t, 0);
 }
 
 const char* DataTypeName(DataType t) {
-  switch (t) {
-    case DataType::UINT8:
-      return "uint8";
-    case DataType::INT8:
-      return "int8";
-    case DataType::UINT16:
-      return "uint16";
-    case DataType::INT16:
-      return "int16";
-    case DataType::INT32:
-      return "int32";
-    case DataType::INT64:
-      return "int64";
-    case DataType::FLOAT16:
-      return "float16";
-    case DataType::BFLOAT16:
-      return "bfloat16";
-    case DataType::FLOAT32:
-      return "float32";
-    case DataType::FLOAT64:
-      return "float64";
-    case DataType::BOOL:
-      return "bool";
-  }
-  return "unknown";
+  static const char* const kNames[] = {"uint8",   "int8",    "uint16",  "int16", "int32",   "int64",
+                                       "float16", "float32", "float64", "bool",  "bfloat16"};
+  return ByEnum(kNames, t, "unknown");
 }
 
 const char* ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::AVERAGE:
-      return "Average";
-    case ReduceOp::SUM:
-      return "Sum";
-    case ReduceOp::ADASUM:
-      return "Adasum";
-    case ReduceOp::MIN:
-      return "Min";
-    case ReduceOp::MAX:
-      return "Max";
-    case ReduceOp::PRODUCT:
-      return "Product";
-  }
-  return "unknown";
+  static const char* const kNames[] = {"Average", "Sum", "Adasum", "Min", "Max", "Product"};
+  return ByEnum(kNames, op, "unknown");
 }
 
 const char* OpTypeName(OpType t) {
-  switch (t) {
-    case OpType::ALLREDUCE:
-      return "allreduce";
-    case OpType::ALLGATHER:
-      return "allgather";
-    case OpType::BROADCAST:
-      return "broadcast";
-    case OpType::ALLTOALL:
-      return "alltoall";
-    case OpType::REDUCESCATTER:
-      return "reducescatter";
-    case OpType::JOIN:
-      return "join";
-    case OpType::BARRIER:
-      return "barrier";
-    case OpType::PROCESS_SET:
-      return "process set change";
-  }
-  return "unknown";
+  static const char* const kNames[] = {"allreduce",     "allgather", "broadcast", "alltoall",
+                                       "reducescatter", "join",      "barrier",   "process set change"};
+  return ByEnum(kNames, t, "unknown");
 }
 
 bool IsFloatingPoint(DataType t) {

@@ -73,43 +73,10 @@ tfw::Status ToTF(const Status& s) {
 }
 
 bool FromTF(tfw::DataType in, DataType* out) {
-  switch (in) {
-    case tfw::DT_UINT8:
-      *out = DataType::UINT8;
-      return true;
-    case tfw::DT_INT8:
-      *out = DataType::INT8;
-      return true;
-    case tfw::DT_UINT16:
-      *out = DataType::UINT16;
-      return true;
-    case tfw::DT_INT16:
-      *out = DataType::INT16;
-      return true;
-    case tfw::DT_INT32:
-      *out = DataType::INT32;
-      return true;
-    case tfw::DT_INT64:
-      *out = DataType::INT64;
-      return true;
-    case tfw::DT_HALF:
-      *out = DataType::FLOAT16;
-      return true;
-    case tfw::DT_BFLOAT16:
-      *out = DataType::BFLOAT16;
-      return true;
-    case tfw::DT_FLOAT:
-      *out = DataType::FLOAT32;
-      return true;
-    case tfw::DT_DOUBLE:
-      *out = DataType::FLOAT64;
-      return true;
-    case tfw::DT_BOOL:
-      *out = DataType::BOOL;
-      return true;
-    default:
-      return false;
-  }
+  static const tfw::DataType kTypes[] = {tfw::DT_UINT8,  tfw::DT_INT8,  tfw::DT_UINT16,  tfw::DT_INT16,
+                                         tfw::DT_INT32,  tfw::DT_INT64, tfw::DT_HALF,    tfw::DT_FLOAT,
+                                         tfw::DT_DOUBLE, tfw::DT_BOOL,  tfw::DT_BFLOAT16};  // DataType's order
+  return EnumOf(kTypes, in, out);
 }
 
 std::string TensorName(tfw::OpKernelConstruction* c, bool ignore_name_scope) {

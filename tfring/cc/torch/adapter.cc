@@ -8,43 +8,10 @@ namespace tfring {
 namespace torch_binding {
 
 bool FromTorch(at::ScalarType in, DataType* out) {
-  switch (in) {
-    case at::kByte:
-      *out = DataType::UINT8;
-      return true;
-    case at::kChar:
-      *out = DataType::INT8;
-      return true;
-    case at::kUInt16:
-      *out = DataType::UINT16;
-      return true;
-    case at::kShort:
-      *out = DataType::INT16;
-      return true;
-    case at::kInt:
-      *out = DataType::INT32;
-      return true;
-    case at::kLong:
-      *out = DataType::INT64;
-      return true;
-    case at::kHalf:
-      *out = DataType::FLOAT16;
-      return true;
-    case at::kBFloat16:
-      *out = DataType::BFLOAT16;
-      return true;
-    case at::kFloat:
-      *out = DataType::FLOAT32;
-      return true;
-    case at::kDouble:
-      *out = DataType::FLOAT64;
-      return true;
-    case at::kBool:
-      *out = DataType::BOOL;
-      return true;
-    default:
-      return false;
-  }
+  static const at::ScalarType kTypes[] = {
+      at::kByte, at::kChar,  at::kUInt16, at::kShort, at::kInt,     at::kLong,
+      at::kHalf, at::kFloat, at::kDouble, at::kBool,  at::kBFloat16};  // DataType's order
+  return EnumOf(kTypes, in, out);
 }
 
 DataType TorchTensor::dtype() const {

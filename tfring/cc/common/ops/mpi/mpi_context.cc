@@ -270,30 +270,10 @@ void MpiContext::Finalize() {
 }
 
 MPI_Datatype MpiContext::Type(DataType t) const {
-  switch (t) {
-    case DataType::UINT8:
-      return MPI_UINT8_T;
-    case DataType::INT8:
-      return MPI_INT8_T;
-    case DataType::UINT16:
-      return MPI_UINT16_T;
-    case DataType::INT16:
-      return MPI_INT16_T;
-    case DataType::INT32:
-      return MPI_INT32_T;
-    case DataType::INT64:
-      return MPI_INT64_T;
-    case DataType::FLOAT16:
-    case DataType::BFLOAT16:
-      return MPI_UINT16_T;  // reduced by user ops
-    case DataType::FLOAT32:
-      return MPI_FLOAT;
-    case DataType::FLOAT64:
-      return MPI_DOUBLE;
-    case DataType::BOOL:
-      return MPI_C_BOOL;
-  }
-  return MPI_BYTE;
+  // In DataType's order; float16 and bfloat16 travel as uint16 and are reduced by user ops.
+  static const MPI_Datatype kTypes[] = {MPI_UINT8_T,  MPI_INT8_T, MPI_UINT16_T, MPI_INT16_T, MPI_INT32_T, MPI_INT64_T,
+                                        MPI_UINT16_T, MPI_FLOAT,  MPI_DOUBLE,   MPI_C_BOOL,  MPI_UINT16_T};
+  return ByEnum(kTypes, t, MPI_BYTE);
 }
 
 MPI_Op MpiContext::PairMeanOp(ReduceOp op, DataType t) const {

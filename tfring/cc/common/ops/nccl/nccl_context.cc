@@ -124,49 +124,21 @@ void NcclContext::Destroy() {
 }
 
 Status NcclType(DataType dtype, ncclDataType_t* out) {
-  switch (dtype) {
-    case DataType::UINT8:
-      *out = ncclUint8;
-      break;
-    case DataType::INT8:
-      *out = ncclInt8;
-      break;
-    case DataType::INT32:
-      *out = ncclInt32;
-      break;
-    case DataType::INT64:
-      *out = ncclInt64;
-      break;
-    case DataType::FLOAT16:
-      *out = ncclFloat16;
-      break;
-    case DataType::FLOAT32:
-      *out = ncclFloat32;
-      break;
-    case DataType::FLOAT64:
-      *out = ncclFloat64;
-      break;
-    case DataType::BFLOAT16:
-      *out = ncclBfloat16;
-      break;
-    default:
-      return Status::InvalidArgument(std::string("tfring: NCCL cannot reduce dtype ") + DataTypeName(dtype) +
-                                     " on GPU; cast the tensor (e.g. to int32) or reduce it on the CPU");
-  }
+  // In DataType's order; ncclNumTypes where NCCL has no such type (uint16, int16, bool).
+  static const ncclDataType_t kTypes[] = {ncclUint8,   ncclInt8,    ncclNumTypes, ncclNumTypes, ncclInt32,   ncclInt64,
+                                          ncclFloat16, ncclFloat32, ncclFloat64,  ncclNumTypes, ncclBfloat16};
+  const ncclDataType_t t = ByEnum(kTypes, dtype, ncclNumTypes);
+  if (t == ncclNumTypes)
+    return Status::InvalidArgument(std::string("tfring: NCCL cannot reduce dtype ") + DataTypeName(dtype) +
+                                   " on GPU; cast the tensor (e.g. to int32) or reduce it on the CPU");
+  *out = t;
   return Status::OK();
 }
 
 ncclRedOp_t NcclOp(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::MIN:
-      return ncclMin;
-    case ReduceOp::MAX:
-      return ncclMax;
-    case ReduceOp::PRODUCT:
-      return ncclProd;
-    default:
-      return ncclSum;
-  }
+  // In ReduceOp's order: Average is a sum divided afterwards; Adasum never reaches NCCL.
+  static const ncclRedOp_t kOps[] = {ncclSum, ncclSum, ncclSum, ncclMin, ncclMax, ncclProd};
+  return ByEnum(kOps, op, ncclSum);
 }
 
 }  // namespace tfring
