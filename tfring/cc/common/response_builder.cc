@@ -100,27 +100,18 @@ Response ResponseBuilder::Build() {
   resp_.postscale = first_->postscale;
   resp_.joined = joined_;
   if (CheckCommon()) return resp_;
-  switch (resp_.op) {
-    case OpType::ALLREDUCE:
-    case OpType::REDUCESCATTER:
-      CheckReduction();
-      break;
-    case OpType::BROADCAST:
-      CheckBroadcast();
-      break;
-    case OpType::ALLGATHER:
-      CheckAllgather();
-      break;
-    case OpType::ALLTOALL:
-      CheckAlltoall();
-      break;
-    case OpType::PROCESS_SET:
-      CheckSetChange();
-      break;
-    case OpType::BARRIER:
-    case OpType::JOIN:
-      break;
-  }
+  using B = ResponseBuilder;
+  static bool (B::* const kChecks[])() = {
+      &B::CheckReduction,  // the op's own checks, in OpType's order: allreduce
+      &B::CheckAllgather,  // allgather
+      &B::CheckBroadcast,  // broadcast
+      &B::CheckAlltoall,   // alltoall
+      &B::CheckReduction,  // reducescatter
+      nullptr,             // join
+      nullptr,             // barrier
+      &B::CheckSetChange,  // process set change
+  };
+  if (const auto check = ByEnum(kChecks, resp_.op, nullptr)) (this->*check)();
   return resp_;
 }
 

@@ -69,25 +69,13 @@ class NcclBackend : public GpuBackend {
     for (auto& e : *entries)
       if (e.ready_event)
         TFR_CHECK_CUDA(cudaStreamWaitEvent(c->stream, static_cast<cudaEvent_t>(e.ready_event.get()), 0));
-    switch (r.op) {
-      case OpType::ALLREDUCE:
-        TFR_RETURN_IF_ERROR(NcclAllreduce(*c, r, *entries));
-        break;
-      case OpType::ALLGATHER:
-        TFR_RETURN_IF_ERROR(NcclAllgather(*c, r, *entries));
-        break;
-      case OpType::BROADCAST:
-        TFR_RETURN_IF_ERROR(NcclBroadcast(*c, r, *entries));
-        break;
-      case OpType::ALLTOALL:
-        TFR_RETURN_IF_ERROR(NcclAlltoall(*c, r, *entries));
-        break;
-      case OpType::REDUCESCATTER:
-        TFR_RETURN_IF_ERROR(NcclReducescatter(*c, r, *entries));
-        break;
-      default:
-        return Status::InvalidArgument(std::string("tfring: ") + OpTypeName(r.op) + " has no GPU implementation");
-    }
+    // In OpType's order: the data collectives; the others have no GPU implementation.
+    static Status (*const kCollectives[])(NcclComm&, const Response&, GpuEntries&) = {
+        NcclAllreduce, NcclAllgather, NcclBroadcast, NcclAlltoall, NcclReducescatter};
+    const auto collective = ByEnum(kCollectives, r.op, nullptr);
+    if (!collective)
+      return Status::InvalidArgument(std::string("tfring: ") + OpTypeName(r.op) + " has no GPU implementation");
+    TFR_RETURN_IF_ERROR(collective(*c, r, *entries));
     Status s;
     std::shared_ptr<void> done = NewEvent(&s);
     TFR_RETURN_IF_ERROR(s);
