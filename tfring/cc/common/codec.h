@@ -24,6 +24,22 @@ class Writer {
     buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   std::string Take() { return std::move(buf_); }
+  // Field(x): x in the form its type takes (numbers as they are, strings and vectors after their size); always true,
+  // so a message's field list serves Writer and Reader alike (Reader::Field).
+  template <typename T>
+  bool Field(const T& v) {
+    return Put(v), true;
+  }
+  bool Field(const std::string& s) { return PutString(s), true; }
+  bool Field(const std::vector<std::string>& v) {
+    Put<uint32_t>(v.size());
+    for (const auto& s : v) PutString(s);
+    return true;
+  }
+  template <typename T>
+  bool Field(const std::vector<T>& v) {
+    return PutInts(v), true;
+  }
 
  private:
   std::string buf_;
@@ -54,6 +70,24 @@ class Reader {
     std::memcpy(v->data(), b_.data() + pos_, n * sizeof(T));
     pos_ += n * sizeof(T);
     return true;
+  }
+  // Reads what Writer::Field wrote; false where the bytes run out.
+  template <typename T>
+  bool Field(T& v) {
+    return Get(&v);
+  }
+  bool Field(std::string& s) { return GetString(&s); }
+  bool Field(std::vector<std::string>& v) {
+    uint32_t n;
+    if (!Get(&n)) return false;
+    v.resize(n);
+    for (auto& s : v)
+      if (!GetString(&s)) return false;
+    return true;
+  }
+  template <typename T>
+  bool Field(std::vector<T>& v) {
+    return GetInts(&v);
   }
   bool Done() const { return pos_ == b_.size(); }
 
