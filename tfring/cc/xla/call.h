@@ -79,5 +79,30 @@ std::string BuildEntries(const CallArgs& a, ffi::RemainingArgs args, ffi::Remain
 // Gives each entry `call` as its context and completion, then enqueues them all at once.
 void EnqueueCall(const std::shared_ptr<Call>& call, std::vector<TensorEntry> entries, int64_t set);
 
+// The attributes of allreduce and reducescatter, after a binding's operands (the CPU or the GPU handlers').
+template <typename Binding>
+auto ReductionAttrs(Binding b) {
+  return std::move(b)
+      .template Attr<std::string_view>("name")
+      .template Attr<int64_t>("reduce_op")
+      .template Attr<double>("prescale")
+      .template Attr<double>("postscale")
+      .template Attr<int64_t>("process_set");
+}
+
+// Exports the five collectives' handlers as the C functions tfring.jax looks up (<prefix>allreduce, ...), each
+// binding the file's own Bind() (its operands) and then the collective's attributes. A macro: the names are pasted.
+#define TFR_XLA_HANDLER_SYMBOLS(prefix)                                                                             \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##allreduce, Allreduce, ReductionAttrs(Bind()));                              \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##allgather, Allgather,                                                       \
+                                Bind().Attr<std::string_view>("name").Attr<int64_t>("process_set"));                \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                                                    \
+      prefix##broadcast, Broadcast,                                                                                 \
+      Bind().Attr<std::string_view>("name").Attr<int64_t>("root_rank").Attr<int64_t>("process_set"));               \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                                                    \
+      prefix##alltoall, Alltoall,                                                                                   \
+      Bind().Attr<std::string_view>("name").Attr<ffi::Span<const int64_t>>("splits").Attr<int64_t>("process_set")); \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(prefix##reducescatter, Reducescatter, ReductionAttrs(Bind()))
+
 }  // namespace xla_ffi
 }  // namespace tfring

@@ -114,47 +114,16 @@ ffi::Future Reducescatter(ffi::RemainingArgs args, ffi::RemainingRets rets, std:
   return Submit({"reducescatter", OpType::REDUCESCATTER, name, reduce_op, prescale, postscale}, args, rets, set);
 }
 
+// The handlers' operands and results, before their attributes.
+auto Bind() { return ffi::Ffi::Bind().RemainingArgs().RemainingRets(); }
+
 }  // namespace
 }  // namespace xla_ffi
 }  // namespace tfring
 
 using namespace tfring::xla_ffi;  // NOLINT: the exported symbols below are C names
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tfring_jax_allreduce, Allreduce,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::string_view>("name")
-                                  .Attr<int64_t>("reduce_op")
-                                  .Attr<double>("prescale")
-                                  .Attr<double>("postscale")
-                                  .Attr<int64_t>("process_set"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    tfring_jax_allgather, Allgather,
-    ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<std::string_view>("name").Attr<int64_t>("process_set"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tfring_jax_broadcast, Broadcast,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::string_view>("name")
-                                  .Attr<int64_t>("root_rank")
-                                  .Attr<int64_t>("process_set"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tfring_jax_alltoall, Alltoall,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::string_view>("name")
-                                  .Attr<ffi::Span<const int64_t>>("splits")
-                                  .Attr<int64_t>("process_set"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tfring_jax_reducescatter, Reducescatter,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<std::string_view>("name")
-                                  .Attr<int64_t>("reduce_op")
-                                  .Attr<double>("prescale")
-                                  .Attr<double>("postscale")
-                                  .Attr<int64_t>("process_set"));
+TFR_XLA_HANDLER_SYMBOLS(tfring_jax_);
 
 // join (op 5) and barrier (op 6) of a process set, blocking (called through ctypes, which releases the GIL).
 // Returns 0 and, for join, the last rank to join in *result; else an error code and the message in err.

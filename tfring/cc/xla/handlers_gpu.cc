@@ -149,25 +149,4 @@ auto Bind() {
 
 using namespace tfring::xla_ffi;  // NOLINT: the exported symbols below are C names
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tfring_jax_gpu_allreduce, Allreduce,
-                              Bind()
-                                  .Attr<std::string_view>("name")
-                                  .Attr<int64_t>("reduce_op")
-                                  .Attr<double>("prescale")
-                                  .Attr<double>("postscale")
-                                  .Attr<int64_t>("process_set"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tfring_jax_gpu_allgather, Allgather,
-                              Bind().Attr<std::string_view>("name").Attr<int64_t>("process_set"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    tfring_jax_gpu_broadcast, Broadcast,
-    Bind().Attr<std::string_view>("name").Attr<int64_t>("root_rank").Attr<int64_t>("process_set"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    tfring_jax_gpu_alltoall, Alltoall,
-    Bind().Attr<std::string_view>("name").Attr<ffi::Span<const int64_t>>("splits").Attr<int64_t>("process_set"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tfring_jax_gpu_reducescatter, Reducescatter,
-                              Bind()
-                                  .Attr<std::string_view>("name")
-                                  .Attr<int64_t>("reduce_op")
-                                  .Attr<double>("prescale")
-                                  .Attr<double>("postscale")
-                                  .Attr<int64_t>("process_set"));
+TFR_XLA_HANDLER_SYMBOLS(tfring_jax_gpu_);
