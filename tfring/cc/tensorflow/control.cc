@@ -4,37 +4,23 @@
 namespace tfring {
 namespace tf {
 
-class JoinOp : public tfw::AsyncOpKernel {
+// Join (its output: the last rank to join) and barrier: one entry without data on the op's process set.
+template <OpType kOp>
+class ControlOp : public tfw::AsyncOpKernel {
  public:
-  explicit JoinOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
-  }
-  void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
-    if (!CheckRuntime(ctx, process_set_id_)) return done();
-    tfw::Tensor* out = nullptr;
-    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, tfw::TensorShape({}), &out), done);
-    std::vector<TensorEntry> entries(1);
-    entries[0].request.name = "__tfring_join__";
-    entries[0].request.op = OpType::JOIN;
-    entries[0].join_result = out->flat<int32_t>().data();
-    entries[0].callback = Completion::Make(ctx, std::move(done), 1);
-    Runtime::Get().Enqueue(std::move(entries), process_set_id_);
-  }
-
- private:
-  int process_set_id_ = 0;
-};
-
-class BarrierOp : public tfw::AsyncOpKernel {
- public:
-  explicit BarrierOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
+  explicit ControlOp(tfw::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
   }
   void ComputeAsync(tfw::OpKernelContext* ctx, DoneCallback done) override {
     if (!CheckRuntime(ctx, process_set_id_)) return done();
     std::vector<TensorEntry> entries(1);
-    entries[0].request.name = "__tfring_barrier__";
-    entries[0].request.op = OpType::BARRIER;
+    if (kOp == OpType::JOIN) {
+      tfw::Tensor* out = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, tfw::TensorShape({}), &out), done);
+      entries[0].join_result = out->flat<int32_t>().data();
+    }
+    entries[0].request.name = kOp == OpType::JOIN ? "__tfring_join__" : "__tfring_barrier__";
+    entries[0].request.op = kOp;
     entries[0].callback = Completion::Make(ctx, std::move(done), 1);
     Runtime::Get().Enqueue(std::move(entries), process_set_id_);
   }
@@ -73,8 +59,8 @@ int LocalSizeOf(const Topology& t, bool) { return t.local_size; }
 int LocalRankOf(const Topology& t, bool) { return t.local_rank; }
 int Included(const Topology&, bool included) { return included ? 1 : 0; }
 
-REGISTER_KERNEL_BUILDER(Name("HorovodJoin").Device(tfw::DEVICE_CPU), JoinOp);
-REGISTER_KERNEL_BUILDER(Name("HorovodBarrier").Device(tfw::DEVICE_CPU), BarrierOp);
+REGISTER_KERNEL_BUILDER(Name("HorovodJoin").Device(tfw::DEVICE_CPU), ControlOp<OpType::JOIN>);
+REGISTER_KERNEL_BUILDER(Name("HorovodBarrier").Device(tfw::DEVICE_CPU), ControlOp<OpType::BARRIER>);
 REGISTER_KERNEL_BUILDER(Name("HorovodSize").Device(tfw::DEVICE_CPU), TopologyOp<SizeOf>);
 REGISTER_KERNEL_BUILDER(Name("HorovodRank").Device(tfw::DEVICE_CPU), TopologyOp<RankOf>);
 REGISTER_KERNEL_BUILDER(Name("HorovodLocalSize").Device(tfw::DEVICE_CPU), TopologyOp<LocalSizeOf>);

@@ -3,6 +3,9 @@
 // in eager mode, where TF gives every kernel its op type as node name.
 // Every collective is stateful: TF must never constant-fold or prune it, or it would run at
 // graph-optimization time on one rank only.
+#include <string>
+#include <vector>
+
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -43,66 +46,39 @@ absl::Status GatherLike(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// A Horovod collective over T: its own attrs, the naming attrs, (grouped: on num_tensors tensors) num_tensors, and
+// process_set_id, in Horovod's order; then its input and output. Registered as REGISTER_OP registers a builder.
+void RegisterCollective(const std::string& name, const char* types, std::vector<std::string> attrs, bool grouped,
+                        const std::string& output, tfw::OpShapeInferenceFn shape_fn) {
+  tfw::OpDefBuilder b(name);
+  b.Attr(std::string("T: ") + types);
+  for (auto& a : attrs) b.Attr(std::move(a));
+  b.Attr("ignore_name_scope: bool = False").Attr("tensor_name: string = ''");
+  if (grouped) b.Attr("num_tensors: int");
+  b.Attr("process_set_id: int = 0").Input(grouped ? "tensors: num_tensors*T" : "tensor: T");
+  b.Output(output + (grouped ? ": num_tensors*T" : ": T")).SetIsStateful().SetShapeFn(std::move(shape_fn));
+  tfw::OpRegistry::Global()->Register([b](tfw::OpRegistrationData* data) { return b.Finalize(data); });
+}
+
+// Horovod registers each of these twice: on one tensor, and as HorovodGrouped<Op> on num_tensors of them.
+void RegisterWithGrouped(const std::string& op, const char* types, const std::vector<std::string>& attrs,
+                         const std::string& output, tfw::OpShapeInferenceFn shape_fn) {
+  RegisterCollective("Horovod" + op, types, attrs, false, output, shape_fn);
+  RegisterCollective("HorovodGrouped" + op, types, attrs, true, output, shape_fn);
+}
+
+[[maybe_unused]] const bool kCollectivesRegistered = [] {
+  RegisterWithGrouped("Allreduce", TFR_NUMERIC, {"reduce_op: int", "prescale_factor: float", "postscale_factor: float"},
+                      "sum", SameAsInputs);
+  RegisterWithGrouped("Allgather", TFR_ANY, {}, "output", GatherLike);
+  RegisterCollective("HorovodBroadcast", TFR_ANY, {"root_rank: int"}, false, "output", SameAsInputs);
+  RegisterWithGrouped("Reducescatter", TFR_NUMERIC,
+                      {"reduce_op: int", "prescale_factor: float = 1.0", "postscale_factor: float = 1.0"}, "output",
+                      GatherLike);
+  return true;
+}();
+
 }  // namespace
-
-REGISTER_OP("HorovodAllreduce")
-    .Attr("T: " TFR_NUMERIC)
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float")
-    .Attr("postscale_factor: float")
-    .Attr("ignore_name_scope: bool = False")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
-    .Input("tensor: T")
-    .Output("sum: T")
-    .SetIsStateful()
-    .SetShapeFn(SameAsInputs);
-
-REGISTER_OP("HorovodGroupedAllreduce")
-    .Attr("T: " TFR_NUMERIC)
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float")
-    .Attr("postscale_factor: float")
-    .Attr("ignore_name_scope: bool = False")
-    .Attr("tensor_name: string = ''")
-    .Attr("num_tensors: int")
-    .Attr("process_set_id: int = 0")
-    .Input("tensors: num_tensors*T")
-    .Output("sum: num_tensors*T")
-    .SetIsStateful()
-    .SetShapeFn(SameAsInputs);
-
-REGISTER_OP("HorovodAllgather")
-    .Attr("T: " TFR_ANY)
-    .Attr("ignore_name_scope: bool = False")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
-    .Input("tensor: T")
-    .Output("output: T")
-    .SetIsStateful()
-    .SetShapeFn(GatherLike);
-
-REGISTER_OP("HorovodGroupedAllgather")
-    .Attr("T: " TFR_ANY)
-    .Attr("ignore_name_scope: bool = False")
-    .Attr("tensor_name: string = ''")
-    .Attr("num_tensors: int")
-    .Attr("process_set_id: int = 0")
-    .Input("tensors: num_tensors*T")
-    .Output("output: num_tensors*T")
-    .SetIsStateful()
-    .SetShapeFn(GatherLike);
-
-REGISTER_OP("HorovodBroadcast")
-    .Attr("T: " TFR_ANY)
-    .Attr("root_rank: int")
-    .Attr("ignore_name_scope: bool = False")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
-    .Input("tensor: T")
-    .Output("output: T")
-    .SetIsStateful()
-    .SetShapeFn(SameAsInputs);
 
 REGISTER_OP("HorovodAlltoall")
     .Attr("T: " TFR_ANY)
@@ -119,33 +95,6 @@ REGISTER_OP("HorovodAlltoall")
       c->set_output(1, c->Vector(InferenceContext::kUnknownDim));
       return absl::OkStatus();
     });
-
-REGISTER_OP("HorovodReducescatter")
-    .Attr("T: " TFR_NUMERIC)
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("ignore_name_scope: bool = False")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
-    .Input("tensor: T")
-    .Output("output: T")
-    .SetIsStateful()
-    .SetShapeFn(GatherLike);
-
-REGISTER_OP("HorovodGroupedReducescatter")
-    .Attr("T: " TFR_NUMERIC)
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("ignore_name_scope: bool = False")
-    .Attr("tensor_name: string = ''")
-    .Attr("num_tensors: int")
-    .Attr("process_set_id: int = 0")
-    .Input("tensors: num_tensors*T")
-    .Output("output: num_tensors*T")
-    .SetIsStateful()
-    .SetShapeFn(GatherLike);
 
 REGISTER_OP("HorovodJoin")
     .Attr("process_set_id: int = 0")
