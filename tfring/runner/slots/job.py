@@ -207,10 +207,7 @@ class SlotJob(SlotService):
             self._settle()
             if self._broken:
                 raise RuntimeError("tfring: the job cannot run more calls: %s" % self._broken)
-            self._seq += 1
-            seq = self._seq
-            self._calls[seq] = payload
-            self._cond.notify_all()
+            seq = self._post_call(payload)
         # From the posting on: a previous call's settling (up to SETTLE) must not use up this call's time.
         deadline = time.monotonic() + timeout if timeout is not None else float("inf")
         state = {}

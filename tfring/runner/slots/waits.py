@@ -21,7 +21,7 @@ def check_seconds(name, value, none=False):
 
 class LockedWaits:
     """Mixin for a slot job: needs `_cond` (its threading.Condition), `_check()` (run under the lock: raises when the
-    job failed), and for calls `_stopping`, `_seq` (the newest call's number)."""
+    job failed), and for calls `_stopping`, `_seq` (the newest call's number) and `_calls` ({number: payload})."""
 
     def _wait(self, until, deadline, alive, expired):
         # Waits under the lock until `until()` (checked with the lock held), one second at a time; between two
@@ -40,6 +40,13 @@ class LockedWaits:
                     return
             if alive is not None:
                 alive()  # the scheduler's own state: raises when its job failed
+
+    def _post_call(self, payload):
+        """Under the lock: makes `payload` the next call every rank fetches; returns its number."""
+        self._seq += 1
+        self._calls[self._seq] = payload
+        self._cond.notify_all()
+        return self._seq
 
     def _wait_for_call(self, after):
         """Under the lock: None once a call newer than `after` exists, else the reply that sends the rank back
