@@ -4,20 +4,21 @@ pytest process per np; every rank checks its own values. (Not tests/jax/: that d
 namespace package `jax` where jax is not installed.)"""
 import pytest
 
-from conftest import KERAS3_FILES, keras3_env, run_rank_pytest
+from conftest import keras3_env, keras3_files, run_rank_pytest
 
 pytestmark = pytest.mark.slow  # real ranks under mpirun
 
 pytest.importorskip("jax", reason="jax is not installed: tfring.jax is not built or tested")
 pytest.importorskip("optax", reason="optax is not installed (the jax extra)")
 
-FILES = ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "monitor")] + KERAS3_FILES + [
-    "tests/jx/ranks_jax_%s.py" % name for name in ("errors", "stall")]
+def files(np_):
+    return ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "monitor")] + \
+        keras3_files(np_) + ["tests/jx/ranks_jax_%s.py" % name for name in ("errors", "stall")]
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_jax_ranks(np_):
-    run_rank_pytest(np_, FILES, timeout=900, extra_env=keras3_env("jax"))
+    run_rank_pytest(np_, files(np_), timeout=900, extra_env=keras3_env("jax"))
 
 
 def test_jax_digits_example_reaches_95_percent_at_np2():

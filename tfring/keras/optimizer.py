@@ -115,6 +115,9 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
 
         Args:
             var: a trainable variable of the model.
+
+        Raises:
+            ValueError: the optimizer is sharded (a flat shard mixes every variable).
         """
         if self.sharded:
             raise ValueError("%s: register_local_var: local variables and sharded=%d do not combine (a flat shard "
