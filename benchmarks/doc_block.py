@@ -1,5 +1,5 @@
-"""One generated block of a markdown page: the lines between `<!-- name -->` and `<!-- /name -->` replaced by a
-benchmark's new table (shared by torch_bench.py, jax_bench.py and keras_backends.py)."""
+"""What the benchmarks share: one generated block of a markdown page (the lines between `<!-- name -->` and
+`<!-- /name -->` replaced by a benchmark's new table), and matplotlib's pyplot where it imports."""
 
 
 def replace_block(path, lines):
@@ -18,3 +18,14 @@ def replace_block(path, lines):
         text = text[:text.index(mark)] + block + text[text.index(end) + len(end):]
     with open(path, "w") as f:
         f.write(text)
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None where matplotlib does not import (the plot is then skipped)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt

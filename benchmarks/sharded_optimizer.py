@@ -21,7 +21,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from doc_block import replace_block  # noqa: E402
+from doc_block import pyplot, replace_block  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "sharded_optimizer.json")
 DOC, PLOT = os.path.join(ROOT, "docs", "sharded-optimizer.md"), os.path.join(ROOT, "docs", "sharded_optimizer.png")
@@ -75,11 +75,8 @@ def table(rows, date):
 
 
 def plot(rows):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     ok = [r for r in rows if "error" not in r]
     labels = sorted({(r["backend"], r["np"]) for r in ok})
