@@ -48,6 +48,7 @@ class Layout:
         bucket_bytes = bucket_bytes or BUCKET_BYTES
         self.rank, self.size = rank, size
         self.shapes = [tuple(v.shape) for v in variables]
+        self.dtypes = [str(v.dtype) for v in variables]
         self.counts = [int(math.prod(shape)) for shape in self.shapes]
         self.buckets = []  # [{"dtype", "pieces": [(var, lo, hi)], "length", "shard", "mine": [(var, lo, hi)]}]
         by_dtype = {}
@@ -155,7 +156,8 @@ class Sharding:
 
     def reduce(self, grads):
         """The averaged (or summed) shards of the gradients, one per bucket."""
-        grads = [ops.zeros(s) if g is None else g for g, s in zip(grads, self.layout.shapes)]
+        grads = [ops.zeros(s, dtype=d) if g is None else g
+                 for g, s, d in zip(grads, self.layout.shapes, self.layout.dtypes)]
         out = []
         for k, b in enumerate(self.layout.buckets):
             wire, ctx = self.compression.compress(self.layout.flat(b, grads))
