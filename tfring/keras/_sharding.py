@@ -139,11 +139,13 @@ class Sharding:
         op: Average or Sum.
         process_set: the set to shard over, or None (every rank).
         compression: the binding's Compression class member for the wire.
+        write_flat: the backend's in-place write of elements [lo, hi) of a variable's flat view (torch), or None:
+            then a variable is assigned whole (its pieces concatenated first).
     """
 
-    def __init__(self, owner, variables, binding, op, process_set, compression):
+    def __init__(self, owner, variables, binding, op, process_set, compression, write_flat=None):
         from tfring.common import topology
-        self.binding, self.op, self.compression = binding, op, compression
+        self.binding, self.op, self.compression, self.write_flat = binding, op, compression, write_flat
         self.kwargs = {} if process_set is None else {"process_set": process_set}
         rank, size = (topology.rank(), topology.size()) if process_set is None else \
             (process_set.rank(), process_set.size())
@@ -169,7 +171,15 @@ class Sharding:
         """Copies this rank's shard of the current weights into the shard variables."""
         values = [v.value for v in variables]
         for b, p in zip(self.layout.buckets, self.params):
-            p.assign(self.layout.mine(b, values))
+            if self.write_flat is None:
+                p.assign(self.layout.mine(b, values))
+                continue
+            at = 0  # in place, piece by piece: no shard-sized temporary
+            for i, lo, hi in b["mine"]:
+                self.write_flat(p, at, at + hi - lo, ops.reshape(values[i], (-1,))[lo:hi])
+                at += hi - lo
+            if at < b["shard"]:
+                self.write_flat(p, at, b["shard"], ops.zeros((b["shard"] - at,), dtype=b["dtype"]))
 
     def store_params(self, variables):
         """All-gathers the updated shards into the model's variables (each assigned once it is whole)."""
@@ -178,8 +188,11 @@ class Sharding:
             full = self.binding.allgather(p.value, name="sharded.params.%d" % k, **self.kwargs)
             at = 0
             for i, lo, hi in b["pieces"]:
-                parts.setdefault(i, []).append(full[at:at + hi - lo])
-                at += hi - lo
+                piece, at = full[at:at + hi - lo], at + hi - lo
+                if self.write_flat is not None:  # in place: no whole-variable temporary
+                    self.write_flat(variables[i], lo, hi, piece)
+                    continue
+                parts.setdefault(i, []).append(piece)
                 if hi == self.layout.counts[i]:
                     got = parts.pop(i)
                     whole = ops.concatenate(got, axis=0) if len(got) > 1 else got[0]

@@ -127,7 +127,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     def build(self, var_list):
         if self.sharded:
             self._sharding = _sharding.Sharding(self, var_list, _glue.binding, self.op, self.process_set,
-                                                self.compression)
+                                                self.compression, getattr(_glue, "write_flat", None))
             self.inner_optimizer.build(self._sharding.params)
             super().build(var_list)
             return

@@ -38,6 +38,13 @@ def on_kth_pass(update, total, reduce, apply, kept, accumulators):
             a.assign(ops.zeros_like(a.value))
 
 
+def write_flat(variable, lo, hi, value):
+    """Writes `value` into elements [lo, hi) of the variable's flat view, in place (the sharded optimizer's
+    gathered pieces: no whole-variable temporary)."""
+    with torch.no_grad():
+        variable.value.view(-1)[lo:hi].copy_(value)
+
+
 def to_native(value):
     """A numpy, Keras or torch value as a torch tensor (on the CPU unless it is one already)."""
     return value if torch.is_tensor(value) else torch.as_tensor(np.asarray(value))
