@@ -206,9 +206,46 @@ class Sharding:
     # -- checkpoints in the unsharded layout --
 
     def _gather(self, shard, k, what):
-        full = self.binding.allgather(ops.convert_to_tensor(keras.ops.convert_to_numpy(shard)),
-                                      name="sharded.save.%s.%d" % (what, k), **self.kwargs)
+        full = self.binding.allgather(shard, name="sharded.save.%s.%d" % (what, k), **self.kwargs)
         return np.asarray(keras.ops.convert_to_numpy(full))
+
+    def _own(self, owner_variables):
+        """The wrapper's own variables an unsharded one also has (not the shard copies of the weights)."""
+        return [v for v in owner_variables if not any(v is p for p in self.params)]
+
+    def saved_values(self, owner_variables, inner):
+        """Every optimizer value in the unsharded layout (numpy): the wrapper's own, then the inner optimizer's in
+        the order an unsharded one keeps them, each state shard all-gathered and cut per variable."""
+        kinds = sharded_kinds(inner, self.params)
+        plain = [keras.ops.convert_to_numpy(v.value) for v, k in zip(inner.variables, kinds) if k[0] == "plain"]
+        slots = {suffix: self.unshard([v for v, k in zip(inner.variables, kinds) if k[0] == "slot" and k[2] == suffix],
+                                      suffix)
+                 for suffix in sorted({k[2] for k in kinds if k[0] == "slot"})}
+        order = unsharded_order(inner, len(self.layout.shapes))
+        return [keras.ops.convert_to_numpy(v.value) for v in self._own(owner_variables)] + \
+            [plain[e[1]] if e[0] == "plain" else slots[e[2]][e[1]] for e in order]
+
+    def load_values(self, owner_variables, inner, values, who):
+        """Takes saved_values' layout (saved at any size, or by an unsharded optimizer); keeps this rank's shard."""
+        own, order = self._own(owner_variables), unsharded_order(inner, len(self.layout.shapes))
+        if len(values) != len(own) + len(order):
+            raise ValueError("%s: the checkpoint holds %d optimizer values, an unsharded %s on %d variables has %d"
+                             % (who, len(values), type(inner).__name__, len(self.layout.shapes),
+                                len(own) + len(order)))
+        for v, value in zip(own, values):
+            v.assign(value)
+        values = values[len(own):]
+        plain = [values[n] for n, e in enumerate(order) if e[0] == "plain"]
+        per_slot = {}
+        for n, e in enumerate(order):
+            if e[0] == "slot":
+                per_slot.setdefault(e[2], [None] * len(self.layout.shapes))[e[1]] = values[n]
+        kinds = sharded_kinds(inner, self.params)
+        for v, k in zip(inner.variables, kinds):
+            if k[0] == "plain":
+                v.assign(plain[k[1]])
+        for suffix, per_var in per_slot.items():
+            self.reshard(per_var, [v for v, k in zip(inner.variables, kinds) if k[0] == "slot" and k[2] == suffix])
 
     def unshard(self, shards, what):
         """Per-variable numpy values (in variable order) of one state kind held as shards, one per bucket."""

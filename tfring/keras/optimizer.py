@@ -172,48 +172,15 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         """The unsharded layout: each state shard all-gathered and cut per variable (every rank must call it)."""
         if not self.sharded:
             return super().save_own_variables(store)
-        for i, value in enumerate(self._unsharded_values()):
+        for i, value in enumerate(self._sharding.saved_values(self._variables, self.inner_optimizer)):
             store[str(i)] = value
 
     def load_own_variables(self, store):
         """Takes an unsharded layout (saved sharded at any size, or unsharded) and keeps this rank's shard."""
         if not self.sharded:
             return super().load_own_variables(store)
-        self._load_unsharded([store[str(i)] for i in range(len(store.keys()))])
-
-    def _unsharded_values(self):
-        s, inner = self._sharding, self.inner_optimizer
-        own = [keras.ops.convert_to_numpy(v.value) for v in self._variables if not any(v is p for p in s.params)]
-        kinds = _sharding.sharded_kinds(inner, s.params)
-        plain = [keras.ops.convert_to_numpy(v.value) for v, k in zip(inner.variables, kinds) if k[0] == "plain"]
-        slots = {}
-        for suffix in sorted({k[2] for k in kinds if k[0] == "slot"}):
-            shards = [v for v, k in zip(inner.variables, kinds) if k[0] == "slot" and k[2] == suffix]
-            slots[suffix] = s.unshard(shards, suffix)
-        order = _sharding.unsharded_order(inner, len(s.layout.shapes))
-        return own + [plain[e[1]] if e[0] == "plain" else slots[e[2]][e[1]] for e in order]
-
-    def _load_unsharded(self, values):
-        s, inner = self._sharding, self.inner_optimizer
-        own = [v for v in self._variables if not any(v is p for p in s.params)]
-        order = _sharding.unsharded_order(inner, len(s.layout.shapes))
-        if len(values) != len(own) + len(order):
-            raise ValueError("%s: the checkpoint holds %d optimizer values, an unsharded %s on %d variables has %d"
-                             % (WHO, len(values), type(inner).__name__, len(s.layout.shapes), len(own) + len(order)))
-        for v, value in zip(own, values):
-            v.assign(value)
-        values = values[len(own):]
-        kinds = _sharding.sharded_kinds(inner, s.params)
-        plain = [values[n] for n, e in enumerate(order) if e[0] == "plain"]
-        per_slot = {}
-        for n, e in enumerate(order):
-            if e[0] == "slot":
-                per_slot.setdefault(e[2], [None] * len(s.layout.shapes))[e[1]] = values[n]
-        for v, k in zip(inner.variables, kinds):
-            if k[0] == "plain":
-                v.assign(plain[k[1]])
-        for suffix, per_var in per_slot.items():
-            s.reshard(per_var, [v for v, k in zip(inner.variables, kinds) if k[0] == "slot" and k[2] == suffix])
+        self._sharding.load_values(self._variables, self.inner_optimizer,
+                                   [store[str(i)] for i in range(len(store.keys()))], WHO)
 
     def _accumulate(self, grads, variables, trainable_variables):
         k = self.backward_passes_per_step
