@@ -1,5 +1,7 @@
 """The compression interface every binding shares (no framework imported): `compress` before a collective,
-`decompress` after it. Each binding adds its casts (tfring/tensorflow/compression.py, tfring/torch/compression.py)."""
+`decompress` after it. Each binding adds its casts (tfring/tensorflow/compression.py, tfring/torch/compression.py).
+`Compression.powersgd` is the DistributedOptimizers' low-rank compression (tfring/common/powersgd.py)."""
+from tfring.common.powersgd import PowerSGD
 
 
 class Compressor:
@@ -103,9 +105,10 @@ def compressions(is_floating, cast, fp16, bf16=None):
                                         "and precision)."))
     bf16_cls = None if bf16 is None else type("BF16Compressor", (CastCompressor,), dict(
         hooks, wire_dtype=bf16, __doc__="Floating tensors travel as bfloat16 (float32's range, 8 bits of mantissa)."))
-    members = {"none": NoneCompressor, "fp16": fp16_cls, "__doc__": "The compressions for `compression=` of the "
-               "collectives and optimizers (Horovod's names): `Compression.none` (default), `.fp16`%s." % (
-                   "" if bf16 is None else ", `.bf16`")}
+    members = {"none": NoneCompressor, "fp16": fp16_cls, "powersgd": PowerSGD, "__doc__": "The compressions for "
+               "`compression=` of the collectives and optimizers (Horovod's names): `Compression.none` (default), "
+               "`.fp16`%s; and for the DistributedOptimizers `.powersgd(rank=1, warmup_steps=0, min_size=4096)`, a "
+               "low-rank approximation with error feedback." % ("" if bf16 is None else ", `.bf16`")}
     if bf16_cls is not None:
         members["bf16"] = bf16_cls
     return fp16_cls, bf16_cls, type("Compression", (), members)

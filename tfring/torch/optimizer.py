@@ -10,10 +10,12 @@ from contextlib import contextmanager
 
 import torch
 
+from tfring.common import powersgd
 from tfring.torch._adasum_optimizer import DistributedAdasumOptimizer
+from tfring.torch._powersgd import eager_state
 from tfring.torch.compression import Compression
-from tfring.torch.mpi_ops import (Adasum, Average, Sum, allreduce_async_, global_process_set, grouped_allreduce_async_,
-                                  size, sparse_allreduce_async, synchronize)
+from tfring.torch.mpi_ops import (Adasum, Average, Sum, allreduce_async_, global_process_set, grouped_allreduce_,
+                                  grouped_allreduce_async_, size, sparse_allreduce_async, synchronize)
 
 _REPEATED_BACKWARD = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
                       "Increase backward_passes_per_step to accumulate gradients locally.")
@@ -75,6 +77,8 @@ class _DistributedOptimizer:
     def _tfring_init(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
                      groups, sparse_as_dense, process_set):
         self._compression = compression
+        # PowerSGD: the hooks only count; synchronize() runs its two grouped rounds over every gradient.
+        self._powersgd = None if powersgd.settings(compression) is None else eager_state(compression)
         self._parameter_names = _parameter_names(self.param_groups, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in self._parameter_names}
@@ -203,7 +207,7 @@ class _DistributedOptimizer:
         if self._allreduce_delay[p] <= 0:
             raise AssertionError(_REPEATED_BACKWARD)
         self._allreduce_delay[p] -= 1
-        if self._allreduce_delay[p] > 0:
+        if self._allreduce_delay[p] > 0 or self._powersgd is not None:
             self._handles[p] = (None, None)
             return
         if self._groups is None:
@@ -226,6 +230,14 @@ class _DistributedOptimizer:
         Every rank of the process set must call it (step() does).
         """
         if not self.process_set.included():
+            self._synchronized = True
+            return
+        if self._powersgd is not None:
+            try:
+                self._powersgd_synchronize()
+            finally:
+                self._handles.clear()
+                self._reset_counts()
             self._synchronized = True
             return
         # Parameters without a finished allreduce yet (unused this step, or fewer backward passes than
@@ -252,6 +264,29 @@ class _DistributedOptimizer:
             self._handles.clear()
             self._reset_counts()
         self._synchronized = True
+
+    def _powersgd_synchronize(self):
+        params = [p for group in self.param_groups for p in group["params"] if p in self._requires_update]
+        grads = []
+        for p in params:
+            grad = self._ensure_grad(p)
+            if grad.is_sparse:
+                if not self.sparse_as_dense:
+                    raise ValueError("compression=PowerSGD: parameter %r has a sparse gradient; pass "
+                                     "sparse_as_dense=True" % self._parameter_names[p])
+                grad = p.grad = grad.to_dense()
+            grads.append(grad if grad.is_contiguous() else grad.contiguous())
+        prescale, postscale = self._scale_factors()
+        rounds = iter(("powersgd.P", "powersgd.Q"))
+
+        def allreduce(tensors):
+            # In place: the round's tensors are fresh products, or the gradients themselves.
+            name = next(rounds)
+            return grouped_allreduce_(tensors, name=name, op=self.op, prescale_factor=prescale,
+                                      postscale_factor=postscale, process_set=self.process_set) if tensors else []
+        keys = [self._parameter_names[p] for p in params]
+        for p, out in zip(params, self._powersgd.reduce(keys, grads, allreduce)):
+            self._write_grad(p, out)
 
     @staticmethod
     def _write_grad(p, result):
@@ -330,7 +365,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         optimizer: a `torch.optim.Optimizer` (created on the model's parameters).
         named_parameters: `model.named_parameters()`: names the allreduces, which ranks match by (default: the
             parameters' positions in the optimizer).
-        compression: `Compression.none` (default) or `Compression.fp16` (gradients travel as float16).
+        compression: `Compression.none` (default), `.fp16` or `.bf16` (gradients travel as that 16-bit float), or
+            `Compression.powersgd(rank, warmup_steps, min_size)`: a rank-r approximation with error feedback (two
+            grouped allreduces in step(), after backward; docs/compression.md). PowerSGD does not combine with
+            groups or op=Adasum.
         backward_passes_per_step: backward passes accumulated locally before each allreduce (and step).
         op: `Average` (default), `Sum`, `Min`, `Max`, `Product`, or `Adasum`: then each rank steps on its own
             gradients and the parameters' changes are combined with Adasum (Horovod's delta optimizer; a
@@ -365,6 +403,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     if groups is not None:
         _check_groups(groups)
+    if powersgd.settings(compression) is not None and (groups or op == Adasum):
+        raise ValueError("DistributedOptimizer: compression=%r does not combine with %s" % (
+            compression, "op=Adasum" if op == Adasum else "groups=%r" % (groups,)))
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
     process_set = global_process_set if process_set is None else process_set
