@@ -119,10 +119,10 @@ def per_file_results(report, files):
 # tests/jx/test_jax_ranks.py, tests/pt/test_torch_ranks.py) under KERAS_BACKEND=tensorflow, jax and torch, so a
 # backend costs no launch of its own; keras3_env(backend) is what those launches set for them.
 KERAS3_FILES = ["tests/keras3/ranks_keras.py", "tests/keras3/ranks_keras_more.py",
-                "tests/keras3/ranks_keras_sharded.py"]
+                "tests/keras3/ranks_keras_sharded.py", "tests/keras3/ranks_keras_powersgd.py"]
 # Run at np=3 only (TensorFlow's launches take every Keras 3 file at np=3 only): its np=3 launch shards over three
 # ranks and over a set of two, both uneven (57 weights), so np=2 adds no case.
-KERAS3_NP3_ONLY = ["tests/keras3/ranks_keras_sharded.py"]
+KERAS3_NP3_ONLY = ["tests/keras3/ranks_keras_sharded.py", "tests/keras3/ranks_keras_powersgd.py"]
 
 
 def keras3_files(np_):

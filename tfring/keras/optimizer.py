@@ -11,10 +11,11 @@ import numbers
 import keras
 from keras import ops
 
+from tfring.common import powersgd
 from tfring.common.gradient_reducer import local_layer_variables
 from tfring.common.optimizer_delegation import InnerOptimizerDelegation
 from tfring.common.reduce_ops import Average, Sum
-from tfring.keras import _sharding
+from tfring.keras import _powersgd, _sharding
 from tfring.keras._backend import glue
 
 _glue = glue()
@@ -41,7 +42,10 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         optimizer: the Keras optimizer that applies the reduced gradients (or its config dict).
         name: the wrapper's name (default "Distributed" + the inner class name).
         op: `Average` (default) or `Sum`.
-        compression: `Compression.none`, `.fp16` or `.bf16` (or "none", "fp16", "bf16").
+        compression: `Compression.none`, `.fp16` or `.bf16` (or "none", "fp16", "bf16"), or
+            `Compression.powersgd(rank, warmup_steps, min_size)`: a rank-r approximation with error feedback, its
+            Q and error kept as optimizer variables (docs/compression.md); not combined with sharded,
+            backward_passes_per_step > 1, groups or local variables.
         sparse_as_dense: turn TensorFlow's `tf.IndexedSlices` gradients into dense ones before reducing them.
         backward_passes_per_step: k > 1 accumulates k local gradients and communicates once every k steps.
         average_aggregated_gradients: with k > 1, apply the mean of the k gradients instead of their sum.
@@ -90,10 +94,18 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             if compression not in _COMPRESSIONS:
                 raise ValueError("%s: compression=%r is not one of 'none', 'fp16', 'bf16'" % (WHO, compression))
             compression = _COMPRESSIONS[compression]
-        _compression_name(compression)
+        low_rank = powersgd.settings(_powersgd.from_config(compression))
+        if low_rank is None:
+            _compression_name(compression)
+        else:
+            compression = low_rank
+            for what, value in (("sharded", sharded), ("groups", groups or num_groups),
+                                ("backward_passes_per_step", backward_passes_per_step != 1 and backward_passes_per_step)):
+                if value:
+                    raise ValueError("%s: compression=%r does not combine with %s=%r" % (WHO, low_rank, what, value))
         stage = _sharded_stage(sharded, optimizer, backward_passes_per_step, groups or num_groups,
                                gradient_predivide_factor)
-        reducer = _glue.GradientReducer(WHO, op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+        reducer = _glue.GradientReducer(WHO, op=op, compression=_glue.Compression.none if low_rank else compression, sparse_as_dense=sparse_as_dense,
                                         gradient_predivide_factor=gradient_predivide_factor, groups=groups,
                                         num_groups=num_groups, process_set=process_set, device_dense=device_dense,
                                         device_sparse=device_sparse, scale_local_gradients=scale_local_gradients)
@@ -109,6 +121,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         self.process_set = process_set
         self._reducer = reducer
         self.sharded, self._sharding = stage, None
+        self._powersgd = None  # built with the variables when compression is PowerSGD
 
     def register_local_var(self, var):
         """Keeps var's gradient local: not reduced over ranks (only scaled, see scale_local_gradients).
@@ -122,6 +135,9 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         if self.sharded:
             raise ValueError("%s: register_local_var: local variables and sharded=%d do not combine (a flat shard "
                              "mixes every variable)" % (WHO, self.sharded))
+        if isinstance(self.compression, powersgd.PowerSGD):
+            raise ValueError("%s: register_local_var: local variables and compression=%r do not combine"
+                             % (WHO, self.compression))
         self._reducer.register_local(var)
 
     def build(self, var_list):
@@ -132,6 +148,9 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             super().build(var_list)
             return
         self.inner_optimizer.build(var_list)
+        if isinstance(self.compression, powersgd.PowerSGD):
+            self._powersgd = _powersgd.PowerSGDState(self, self.compression, var_list, _glue.binding.grouped_allreduce,
+                                                     self.process_set)
         if self.backward_passes_per_step > 1:
             self._pass_counter = self.add_variable((), dtype="int32", initializer="zeros", name="pass_counter")
             self._accumulators = [self.add_variable_from_reference(v, name="grad_accumulator") for v in var_list]
@@ -149,6 +168,12 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
         if self.sharded:
             self._apply_sharded([None if g is None else _glue.dense(g) for g in grads], variables)
+        elif self._powersgd is not None:
+            pre, post = (1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor) \
+                if self.op == Average else (1.0, 1.0)
+            reduced = self._powersgd.reduce([None if g is None else _glue.dense(g) for g in grads],
+                                            dict(op=self.op, prescale_factor=pre, postscale_factor=post))
+            self.inner_optimizer.apply(reduced, trainable_variables)
         elif self.backward_passes_per_step == 1:
             self.inner_optimizer.apply(self._reducer.reduce(grads, variables), trainable_variables)
         else:
@@ -205,7 +230,8 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             "name": self.name,
             "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
             "op": self.op,
-            "compression": _compression_name(self.compression),
+            "compression": _powersgd.to_config(self.compression) if isinstance(self.compression, powersgd.PowerSGD)
+            else _compression_name(self.compression),
             "sparse_as_dense": self.sparse_as_dense,
             "backward_passes_per_step": self.backward_passes_per_step,
             "average_aggregated_gradients": self.average_aggregated_gradients,
