@@ -12,7 +12,7 @@ pytest.importorskip("jax", reason="jax is not installed: tfring.jax is not built
 pytest.importorskip("optax", reason="optax is not installed (the jax extra)")
 
 def files(np_):
-    return ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "monitor")] + \
+    return ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "powersgd", "monitor")] + \
         keras3_files(np_) + ["tests/jx/ranks_jax_%s.py" % name for name in ("errors", "stall")]
 
 

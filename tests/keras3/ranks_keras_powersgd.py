@@ -8,22 +8,11 @@ import numpy as np
 import pytest
 
 import tfring.keras as hvd
+from powersgd_reference import B, IN, LR, OUT, STEPS, batch, initial_weights, simulated
 
 if not hvd.is_initialized():
     hvd.init()
 R, N = hvd.rank(), hvd.size()
-B, STEPS, LR = 4, 4, 0.5
-IN, OUT = 64, 96  # the kernel: 64 x 96 = 6144 elements, compressed; the bias (1-D) is not
-
-
-def initial_weights():
-    rng = np.random.default_rng(7)
-    return [rng.normal(0, 0.1, (IN, OUT)).astype("float32"), rng.normal(0, 0.1, OUT).astype("float32")]
-
-
-def batch(step, r):
-    rng = np.random.default_rng(1000 * step + r)
-    return rng.normal(size=(B, IN)).astype("float32"), rng.normal(size=(B, OUT)).astype("float32")
 
 
 def fit(compression):
@@ -35,33 +24,10 @@ def fit(compression):
     return model
 
 
-def simulated(config):
-    kernel, bias = (w.astype("float64") for w in initial_weights())
-    q = config.initial_q(OUT, 0).astype("float64")
-    errors = [0.0] * N
-    for step in range(STEPS):
-        dks, dbs = [], []
-        for r in range(N):
-            x, y = (a.astype("float64") for a in batch(step, r))
-            e = 2.0 * (x @ kernel + bias - y) / (B * OUT)  # d(mse)/d(prediction)
-            dks.append(x.T @ e)
-            dbs.append(e.sum(0))
-        if step < config.warmup_steps:
-            dk = sum(dks) / N
-        else:
-            ms = [dk + err for dk, err in zip(dks, errors)]
-            basis = np.linalg.qr(sum(m @ q for m in ms) / N)[0]
-            q = sum(m.T @ basis for m in ms) / N
-            dk = basis @ q.T
-            errors = [m - dk for m in ms]
-        kernel, bias = kernel - LR * dk, bias - LR * sum(dbs) / N
-    return [kernel, bias]
-
-
 def test_fit_matches_a_simulation_of_every_rank():
     config = hvd.Compression.powersgd(rank=2, warmup_steps=1)
     model = fit(config)
-    for got, want in zip(model.get_weights(), simulated(config)):
+    for got, want in zip(model.get_weights(), simulated(config, N)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg="rank %d" % R)
     for w in model.get_weights():
         assert all(np.array_equal(w, other) for other in hvd.allgather_object(w))

@@ -7,8 +7,10 @@
 import jax
 import optax
 
+from tfring.common import powersgd
 from tfring.common.process_sets import global_process_set
 from tfring.common.reduce_ops import Adasum, Average, Sum, resolve_op
+from tfring.jax import _powersgd
 from tfring.jax._reduce import grouped_allreduce
 from tfring.jax.compression import Compression, checked
 
@@ -24,7 +26,8 @@ def allreduce_gradients(op=Average, gradient_predivide_factor=1.0, process_set=g
         process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
         name: the collective's name (default: numbered in trace order).
         compression: `Compression.none` (default), `.fp16` or `.bf16`: floating gradients travel as that 16-bit
-            type, and come back in their own dtype.
+            type, and come back in their own dtype; or `Compression.powersgd(rank, warmup_steps, min_size)`: a
+            rank-r approximation with error feedback, its Q and error in the optax state (docs/compression.md).
 
     Returns:
         optax.GradientTransformation
@@ -32,7 +35,9 @@ def allreduce_gradients(op=Average, gradient_predivide_factor=1.0, process_set=g
     Raises:
         ValueError: an op other than Average/Sum, a bad gradient_predivide_factor or compression.
     """
-    checked("DistributedOptimizer", compression)
+    low_rank = powersgd.settings(compression)
+    if low_rank is None:
+        checked("DistributedOptimizer", compression)
     op = resolve_op("DistributedOptimizer", op, None)
     if op not in (Average, Sum):
         raise ValueError("tfring.jax.DistributedOptimizer: op must be Average or Sum, got %r%s"
@@ -41,6 +46,10 @@ def allreduce_gradients(op=Average, gradient_predivide_factor=1.0, process_set=g
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if gradient_predivide_factor <= 0:
         raise ValueError("gradient_predivide_factor must be > 0, got %r" % (gradient_predivide_factor,))
+    if low_rank is not None:
+        return _powersgd.transformation(low_rank, dict(
+            op=op, prescale_factor=1.0 / gradient_predivide_factor, process_set=process_set,
+            postscale_factor=gradient_predivide_factor if op == Average else 1.0))
 
     def update(updates, state, params=None):
         del params
@@ -68,8 +77,8 @@ def DistributedOptimizer(optimizer, op=Average, gradient_predivide_factor=1.0, b
             before one reduction and update.
         process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
         name: the collective's name.
-        compression: `Compression.none` (default), `.fp16` or `.bf16` for the gradients' transfer (see
-            `allreduce_gradients`).
+        compression: `Compression.none` (default), `.fp16`, `.bf16` or `.powersgd(...)` for the gradients'
+            transfer (see `allreduce_gradients`).
 
     Returns:
         optax.GradientTransformation (an optax.MultiSteps when backward_passes_per_step > 1).
