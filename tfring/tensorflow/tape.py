@@ -5,11 +5,11 @@ import sys
 import tensorflow as tf
 
 from tfring.tensorflow.compression import Compression
-from tfring.common import gradient_reducer
+from tfring.common import gradient_reducer, powersgd
 from tfring.common.overlap import overlap_gradients
-from tfring.common.reduce_ops import Average
+from tfring.common.reduce_ops import Average, Sum
 from tfring.tensorflow._reduce import allreduce, grouped_allreduce
-from tfring.tensorflow import _labels
+from tfring.tensorflow import _labels, _powersgd
 
 
 def var_key(var):
@@ -50,13 +50,25 @@ class GradientReducer(gradient_reducer.GradientReducer):
     is_variable = staticmethod(_is_variable)
 
     def __init__(self, who, op=Average, compression=Compression.none, *args, **kwargs):
-        super().__init__(who, op, compression, *args, **kwargs)
+        low_rank = powersgd.settings(compression)
+        super().__init__(who, op, Compression.none if low_rank else compression, *args, **kwargs)
+        self.powersgd = None
+        if low_rank is not None:
+            if self.groups or op not in (Average, Sum):
+                raise ValueError("%s: compression=%r does not combine with %s" % (
+                    who, low_rank, "groups=%r" % (self.groups,) if self.groups else "op=%r" % (op,)))
+            self.powersgd = _powersgd.tape_state(low_rank)
 
     def _reduce_present(self, grads, present, keys, variables, kwargs):
         kw = dict(kwargs, device_dense=self.devices[0], device_sparse=self.devices[1])
         dense = lambda g: (tf.convert_to_tensor(g) if self.sparse_as_dense  # noqa: E731
                            and isinstance(g, tf.IndexedSlices) else g)
         out = {}
+        if self.powersgd is not None:
+            keys = keys or list(range(len(grads)))
+            reduced = self.powersgd.reduce([tf.convert_to_tensor(grads[i]) for i in present], [keys[i] for i in present],
+                                           lambda tensors, name: grouped_allreduce(tensors, name=name, **kw))
+            return dict(zip(present, reduced))
         if self.groups is None and not tf.executing_eagerly() and overlap_gradients():
             # In a graph, one op per gradient (as Horovod): each starts as soon as backprop produces its
             # gradient, overlapping communication with the rest of backprop; the core still fuses those that
@@ -118,7 +130,9 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     Args:
         gradtape: the tf.GradientTape that recorded the forward pass.
         device_dense, device_sparse: device for the collectives (GPU builds) / for `tf.IndexedSlices`.
-        compression: `Compression.none`, `.fp16` or `.bf16`.
+        compression: `Compression.none`, `.fp16` or `.bf16`, or `Compression.powersgd(rank, warmup_steps,
+            min_size)`: a rank-r approximation with error feedback, its state kept per settings and source variable
+            across the loop's tapes (docs/compression.md); not with groups or Adasum.
         sparse_as_dense: turn `tf.IndexedSlices` gradients into dense ones before reducing them.
         op: `Average` (default), `Sum` or `Adasum`.
         gradient_predivide_factor: with Average, divide by this before the sum and by size/this after.
