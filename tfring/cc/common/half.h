@@ -2,6 +2,10 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TFRING_F16C 1
+#endif
 
 namespace tfring {
 
@@ -62,6 +66,86 @@ inline uint16_t FloatToBf16(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) return (x >> 16) | 0x40;  // quiet nan
   x += 0x7fff + ((x >> 16) & 1);
   return x >> 16;
+}
+
+// Bulk conversions for the reductions and scalings of float16/bfloat16 buffers: a block is widened to float, worked
+// on, and narrowed back. The scalar float16 conversions above cost ~15 ns per element (fp16 compression made a
+// 100 MB training step 4.6x slower than none, benchmarks/compression.py); F16C converts 8 at a time where the CPU
+// has it, rounding to nearest even as FloatToHalf does (the same bits, NaN payloads aside).
+#ifdef TFRING_F16C
+__attribute__((target("avx,f16c"))) inline void HalvesToFloatsF16C(const uint16_t* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  for (; i < n; ++i) out[i] = HalfToFloat(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) inline void FloatsToHalvesF16C(const float* in, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
+}
+
+inline bool HasF16C() {
+  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+inline void HalvesToFloats(const uint16_t* in, float* out, int64_t n) {
+#ifdef TFRING_F16C
+  if (HasF16C()) return HalvesToFloatsF16C(in, out, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(in[i]);
+}
+
+inline void FloatsToHalves(const float* in, uint16_t* out, int64_t n) {
+#ifdef TFRING_F16C
+  if (HasF16C()) return FloatsToHalvesF16C(in, out, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToHalf(in[i]);
+}
+
+// bfloat16: the scalar conversions' arithmetic on 32-bit integers without branches, which the compiler vectorizes
+// (the scalar ones, with their NaN branch and memcpy, ran one element at a time: bf16 compression cost 1.9x none).
+inline void Bf16sToFloats(const uint16_t* in, float* out, int64_t n) {
+  uint32_t bits[512];
+  for (int64_t i = 0; i < n; i += 512) {
+    const int64_t m = n - i < 512 ? n - i : 512;
+    for (int64_t j = 0; j < m; ++j) bits[j] = uint32_t(in[i + j]) << 16;
+    std::memcpy(out + i, bits, m * sizeof(float));
+  }
+}
+
+inline void FloatsToBf16s(const float* in, uint16_t* out, int64_t n) {
+  uint32_t bits[512];
+  for (int64_t i = 0; i < n; i += 512) {
+    const int64_t m = n - i < 512 ? n - i : 512;
+    std::memcpy(bits, in + i, m * sizeof(float));
+    for (int64_t j = 0; j < m; ++j) {
+      const uint32_t x = bits[j];
+      const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, quiet_nan = (x >> 16) | 0x40u;
+      out[i + j] = static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    }
+  }
+}
+
+// Applies fn(float* x, const float* y, int64_t n) blockwise to the widened values of `inout` (x, written back)
+// and `in` (y; nullptr: none).
+template <void (*Widen)(const uint16_t*, float*, int64_t), void (*Narrow)(const float*, uint16_t*, int64_t),
+          typename Fn>
+inline void Blockwise16(uint16_t* inout, const uint16_t* in, int64_t n, Fn fn) {
+  constexpr int64_t kBlock = 512;
+  float x[kBlock], y[kBlock];
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = n - i < kBlock ? n - i : kBlock;
+    Widen(inout + i, x, m);
+    if (in != nullptr) Widen(in + i, y, m);
+    fn(x, y, m);
+    Narrow(x, inout + i, m);
+  }
 }
 
 }  // namespace tfring

@@ -12,10 +12,12 @@ void ScaleAs(void* data, int64_t n, double f) {
   for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] * f);
 }
 
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+template <void (*Widen)(const uint16_t*, float*, int64_t), void (*Narrow)(const float*, uint16_t*, int64_t)>
 void Scale16(void* data, int64_t n, double f) {
-  uint16_t* p = static_cast<uint16_t*>(data);
-  for (int64_t i = 0; i < n; ++i) p[i] = FromF(static_cast<float>(ToF(p[i]) * f));
+  // In double, then rounded once to float and once to 16 bits, as before blocks.
+  Blockwise16<Widen, Narrow>(static_cast<uint16_t*>(data), nullptr, n, [f](float* x, const float*, int64_t m) {
+    for (int64_t i = 0; i < m; ++i) x[i] = static_cast<float>(x[i] * f);
+  });
 }
 
 template <typename T>
@@ -43,10 +45,11 @@ void DivideFloat(void* data, int64_t n, int d) {
   for (; i < n; ++i) p[i] /= dd;
 }
 
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+template <void (*Widen)(const uint16_t*, float*, int64_t), void (*Narrow)(const float*, uint16_t*, int64_t)>
 void Divide16(void* data, int64_t n, int d) {
-  uint16_t* p = static_cast<uint16_t*>(data);
-  for (int64_t i = 0; i < n; ++i) p[i] = FromF(ToF(p[i]) / static_cast<float>(d));
+  Blockwise16<Widen, Narrow>(static_cast<uint16_t*>(data), nullptr, n, [d](float* x, const float*, int64_t m) {
+    for (int64_t i = 0; i < m; ++i) x[i] /= static_cast<float>(d);
+  });
 }
 
 }  // namespace
@@ -79,10 +82,10 @@ void DivideBuffer(void* data, int64_t n, DataType dtype, int d) {
       DivideFloat<double>(data, n, d);
       break;
     case DataType::FLOAT16:
-      Divide16<HalfToFloat, FloatToHalf>(data, n, d);
+      Divide16<HalvesToFloats, FloatsToHalves>(data, n, d);
       break;
     case DataType::BFLOAT16:
-      Divide16<Bf16ToFloat, FloatToBf16>(data, n, d);
+      Divide16<Bf16sToFloats, FloatsToBf16s>(data, n, d);
       break;
     case DataType::BOOL:
       break;
@@ -130,10 +133,10 @@ void ScaleBuffer(void* data, int64_t n, DataType dtype, double f) {
       ScaleAs<double>(data, n, f);
       break;
     case DataType::FLOAT16:
-      Scale16<HalfToFloat, FloatToHalf>(data, n, f);
+      Scale16<HalvesToFloats, FloatsToHalves>(data, n, f);
       break;
     case DataType::BFLOAT16:
-      Scale16<Bf16ToFloat, FloatToBf16>(data, n, f);
+      Scale16<Bf16sToFloats, FloatsToBf16s>(data, n, f);
       break;
     case DataType::BOOL:
       break;

@@ -18,28 +18,28 @@
 namespace tfring {
 namespace {
 
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+// inout = in (op) inout, widened to float blockwise (half.h), rounded once back.
+template <void (*Widen)(const uint16_t*, float*, int64_t), void (*Narrow)(const float*, uint16_t*, int64_t), int Kind>
 void Reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    float x = ToF(a[i]), y = ToF(b[i]), r;
-    switch (Kind) {
-      case 0:
-        r = x + y;
-        break;
-      case 1:
-        r = std::min(x, y);
-        break;
-      case 2:
-        r = std::max(x, y);
-        break;
-      default:
-        r = x * y;
-        break;
-    }
-    b[i] = FromF(r);
-  }
+  Blockwise16<Widen, Narrow>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), *len,
+                             [](float* b, const float* a, int64_t m) {
+                               for (int64_t i = 0; i < m; ++i) {
+                                 switch (Kind) {
+                                   case 0:
+                                     b[i] = a[i] + b[i];
+                                     break;
+                                   case 1:
+                                     b[i] = std::min(a[i], b[i]);
+                                     break;
+                                   case 2:
+                                     b[i] = std::max(a[i], b[i]);
+                                     break;
+                                   default:
+                                     b[i] = a[i] * b[i];
+                                     break;
+                                 }
+                               }
+                             });
 }
 
 // Wrap-around sum of 8/16-bit integers (TensorFlow's semantics). Open MPI's op/avx component saturates these
@@ -83,14 +83,14 @@ MPI_Op g_pair_mean[2] = {MPI_OP_NULL, MPI_OP_NULL};                             
 
 void CreateUserOps() {
   if (g_half_ops[0] != MPI_OP_NULL) return;
-  MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, 0>, 1, &g_half_ops[0]);
-  MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, 1>, 1, &g_half_ops[1]);
-  MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, 2>, 1, &g_half_ops[2]);
-  MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, 3>, 1, &g_half_ops[3]);
-  MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 0>, 1, &g_bf16_ops[0]);
-  MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 1>, 1, &g_bf16_ops[1]);
-  MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 2>, 1, &g_bf16_ops[2]);
-  MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, 3>, 1, &g_bf16_ops[3]);
+  MPI_Op_create(&Reduce16<HalvesToFloats, FloatsToHalves, 0>, 1, &g_half_ops[0]);
+  MPI_Op_create(&Reduce16<HalvesToFloats, FloatsToHalves, 1>, 1, &g_half_ops[1]);
+  MPI_Op_create(&Reduce16<HalvesToFloats, FloatsToHalves, 2>, 1, &g_half_ops[2]);
+  MPI_Op_create(&Reduce16<HalvesToFloats, FloatsToHalves, 3>, 1, &g_half_ops[3]);
+  MPI_Op_create(&Reduce16<Bf16sToFloats, FloatsToBf16s, 0>, 1, &g_bf16_ops[0]);
+  MPI_Op_create(&Reduce16<Bf16sToFloats, FloatsToBf16s, 1>, 1, &g_bf16_ops[1]);
+  MPI_Op_create(&Reduce16<Bf16sToFloats, FloatsToBf16s, 2>, 1, &g_bf16_ops[2]);
+  MPI_Op_create(&Reduce16<Bf16sToFloats, FloatsToBf16s, 3>, 1, &g_bf16_ops[3]);
   MPI_Op_create(&WrapSum<uint8_t, uint8_t>, 1, &g_small_int_sum[0]);
   MPI_Op_create(&WrapSum<int8_t, uint8_t>, 1, &g_small_int_sum[1]);
   MPI_Op_create(&WrapSum<uint16_t, uint16_t>, 1, &g_small_int_sum[2]);
