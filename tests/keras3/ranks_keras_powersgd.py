@@ -57,8 +57,8 @@ def test_settings_survive_get_config_and_what_does_not_combine_is_refused():
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), compression=config)
     again = hvd.DistributedOptimizer.from_config(opt.get_config())
     assert again.compression == config
-    for kwargs, what in ((dict(sharded=True), "sharded=True"), (dict(backward_passes_per_step=2),
-                                                                "backward_passes_per_step=2"), (dict(groups=2), "groups=2")):
+    for kwargs, what in ((dict(sharded=True), "sharded=True"), (dict(groups=2), "groups=2"),
+                         (dict(backward_passes_per_step=2), "backward_passes_per_step=2")):
         with pytest.raises(ValueError, match="does not combine with %s" % what):
             hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), compression=config, **kwargs)
     layer = keras.layers.Dense(2)

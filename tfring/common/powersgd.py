@@ -45,18 +45,40 @@ class PowerSGD:
         return hash(repr(self))
 
     def get_config(self):
-        """The settings as a dict (the constructor's arguments)."""
+        """The settings as a dict.
+
+        Returns:
+            dict: the constructor's arguments.
+        """
         return dict(rank=self.rank, warmup_steps=self.warmup_steps, min_size=self.min_size, seed=self.seed)
 
     @staticmethod
     def compress(tensor):
         """Refused: PowerSGD keeps state between steps and needs two rounds, so it is a DistributedOptimizer's
-        compression, not a single collective's."""
+        compression, not a single collective's.
+
+        Args:
+            tensor: the tensor a collective was given.
+
+        Raises:
+            ValueError: always, naming what to use instead.
+        """
         raise ValueError("compression=PowerSGD applies to a DistributedOptimizer's gradients (it keeps an error and "
                          "a Q matrix per tensor between steps); a single collective takes Compression.none, .fp16 "
                          "or .bf16")
 
-    decompress = compress
+    @staticmethod
+    def decompress(tensor, ctx=None):
+        """Refused, as `compress`.
+
+        Args:
+            tensor: the collective's result.
+            ctx: unused.
+
+        Raises:
+            ValueError: always.
+        """
+        PowerSGD.compress(tensor)
 
     def matrix_shape(self, shape):
         """The (n, m) matrix a tensor of `shape` is sent as, or None when it travels uncompressed.

@@ -99,13 +99,16 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             _compression_name(compression)
         else:
             compression = low_rank
+            passes = backward_passes_per_step != 1 and backward_passes_per_step
             for what, value in (("sharded", sharded), ("groups", groups or num_groups),
-                                ("backward_passes_per_step", backward_passes_per_step != 1 and backward_passes_per_step)):
+                                ("backward_passes_per_step", passes)):
                 if value:
-                    raise ValueError("%s: compression=%r does not combine with %s=%r" % (WHO, low_rank, what, value))
+                    raise ValueError("%s: compression=%r does not combine with %s=%r"
+                                     % (WHO, low_rank, what, value))
         stage = _sharded_stage(sharded, optimizer, backward_passes_per_step, groups or num_groups,
                                gradient_predivide_factor)
-        reducer = _glue.GradientReducer(WHO, op=op, compression=_glue.Compression.none if low_rank else compression, sparse_as_dense=sparse_as_dense,
+        wire = _glue.Compression.none if low_rank else compression  # PowerSGD runs its own rounds (_powersgd)
+        reducer = _glue.GradientReducer(WHO, op=op, compression=wire, sparse_as_dense=sparse_as_dense,
                                         gradient_predivide_factor=gradient_predivide_factor, groups=groups,
                                         num_groups=num_groups, process_set=process_set, device_dense=device_dense,
                                         device_sparse=device_sparse, scale_local_gradients=scale_local_gradients)

@@ -66,7 +66,8 @@ class GradientReducer(gradient_reducer.GradientReducer):
         out = {}
         if self.powersgd is not None:
             keys = keys or list(range(len(grads)))
-            reduced = self.powersgd.reduce([tf.convert_to_tensor(grads[i]) for i in present], [keys[i] for i in present],
+            reduced = self.powersgd.reduce([tf.convert_to_tensor(grads[i]) for i in present],
+                                           [keys[i] for i in present],
                                            lambda tensors, name: grouped_allreduce(tensors, name=name, **kw))
             return dict(zip(present, reduced))
         if self.groups is None and not tf.executing_eagerly() and overlap_gradients():

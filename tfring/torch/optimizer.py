@@ -13,9 +13,10 @@ import torch
 from tfring.common import powersgd
 from tfring.torch._adasum_optimizer import DistributedAdasumOptimizer
 from tfring.torch._powersgd import eager_state
+from tfring.torch._sharded import Sharding
 from tfring.torch.compression import Compression
 from tfring.torch.mpi_ops import (Adasum, Average, Sum, allreduce_async_, global_process_set, grouped_allreduce_,
-                                  grouped_allreduce_async_, size, sparse_allreduce_async, synchronize)
+                                  grouped_allreduce_async_, rank, size, sparse_allreduce_async, synchronize)
 
 _REPEATED_BACKWARD = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
                       "Increase backward_passes_per_step to accumulate gradients locally.")
@@ -75,7 +76,7 @@ class _DistributedOptimizer:
     """Mixed in front of the wrapped optimizer's class: `DistributedOptimizer` builds the instances."""
 
     def _tfring_init(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                     groups, sparse_as_dense, process_set):
+                     groups, sparse_as_dense, process_set, sharded=False):
         self._compression = compression
         # PowerSGD: the hooks only count; synchronize() runs its two grouped rounds over every gradient.
         self._powersgd = None if powersgd.settings(compression) is None else eager_state(compression)
@@ -97,6 +98,17 @@ class _DistributedOptimizer:
         self._group_counts = {}
         if process_set.included() and (size() > 1 or os.environ.get("TFRING_ELASTIC") == "1"):
             self._register_hooks()
+        self._sharding = None
+        if sharded and process_set.included():
+            members = getattr(process_set, "ranks", None) or list(range(size()))
+            self._sharding = Sharding(self, members, rank(), process_set)
+            self._sharding.drop_others(self.state)  # state made before wrapping: this rank's part only
+
+    def state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's state_dict; sharded, every rank's part gathered into the unsharded layout (every
+        rank of the set must call it)."""
+        sd = super().state_dict(*args, **kwargs)
+        return sd if self._sharding is None else self._sharding.full_state(sd)
 
     def load_state_dict(self, *args, **kwargs):
         """Loads the wrapped optimizer's state, forgetting gradients of an unfinished step."""
@@ -104,7 +116,10 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._should_synchronize = True
         self._reset_counts()
-        return super().load_state_dict(*args, **kwargs)
+        result = super().load_state_dict(*args, **kwargs)
+        if self._sharding is not None:
+            self._sharding.drop_others(self.state)  # any layout: this rank keeps its part
+        return result
 
     def set_backward_passes_per_step(self, passes):
         """Changes how many backward passes accumulate before each allreduce.
@@ -329,6 +344,8 @@ class _DistributedOptimizer:
                               "code.")
             self.synchronize()
         self._synchronized = False
+        if self._sharding is not None:
+            return self._sharding.step(self, super().step, closure)
         return super().step(closure)
 
     def zero_grad(self, *args, **kwargs):
@@ -354,7 +371,7 @@ def _make_hook(optimizer_ref, p):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+                         process_set=global_process_set, sharded=False):
     """Wraps a torch optimizer so that gradients are averaged over the ranks before each step.
 
     Each parameter's allreduce starts as soon as backward has accumulated its gradient; `step()` waits for them,
@@ -380,6 +397,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             of parameters (one grouped allreduce per list; every other parameter alone).
         sparse_as_dense: reduce sparse gradients as dense tensors (then back to sparse).
         process_set: the `ProcessSet` to reduce over (default: all ranks).
+        sharded: True (or 1): ZeRO stage 1, as torch's ZeroRedundancyOptimizer: each rank of the set keeps the
+            wrapped optimizer's state for the whole parameters it owns and updates only those, then sends them to
+            the others; `state_dict()` gathers the unsharded layout (every rank must call it) and
+            `load_state_dict` takes any layout (docs/sharded-optimizer.md). Not with op=Adasum.
 
     Returns:
         The distributed optimizer (`isinstance` of the given optimizer's class).
@@ -403,6 +424,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     if groups is not None:
         _check_groups(groups)
+    if isinstance(sharded, bool) and sharded:
+        sharded = 1
+    if sharded not in (False, None, 0, 1) or isinstance(sharded, float):
+        raise ValueError("DistributedOptimizer: sharded=%r must be False, True or 1 (ZeRO stage 1; stage 2 is not "
+                         "built for torch)" % (sharded,))
+    if sharded and op == Adasum:
+        raise ValueError("DistributedOptimizer: sharded=%r does not combine with op=Adasum" % (sharded,))
     if powersgd.settings(compression) is not None and (groups or op == Adasum):
         raise ValueError("DistributedOptimizer: compression=%r does not combine with %s" % (
             compression, "op=Adasum" if op == Adasum else "groups=%r" % (groups,)))
@@ -422,5 +450,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                                         backward_passes_per_step, process_set)
         return distributed
     distributed._tfring_init(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                             groups, sparse_as_dense, process_set)
+                             groups, sparse_as_dense, process_set, bool(sharded))
     return distributed

@@ -1,0 +1,72 @@
+"""tfring.torch.DistributedOptimizer(sharded=True) (ZeRO stage 1) on real ranks: Adam trains to the single-process
+weights on the global batch, identical on every rank, while each rank's optimizer holds state for the parameters it
+owns only (whole parameters, uneven: 40, 24, 8 and 3 weights); state_dict() gathers the unsharded layout, which a
+plain optimizer loads, and which a sharded one loads keeping its own part; bad arguments fail on every rank."""
+import copy
+
+import pytest
+import torch
+
+import tfring.torch as hvd
+from ranks_torch_optimizer import ADAM, assert_same_params, batch, loss_fn, make_model, reference, train
+
+if not hvd.is_initialized():
+    hvd.init()
+R, N = hvd.rank(), hvd.size()
+
+
+def sharded_adam(model):
+    return hvd.DistributedOptimizer(ADAM(model.parameters()), named_parameters=model.named_parameters(), sharded=True)
+
+
+def test_sharded_adam_trains_to_the_single_process_weights_keeping_only_its_part():
+    model = make_model()
+    opt = sharded_adam(model)
+    assert_same_params(train(opt, model), reference(ADAM))
+    for p in model.parameters():
+        assert all(torch.equal(p.detach(), other) for other in hvd.allgather_object(p.detach()))
+    owned = {p for p in model.parameters() if opt._sharding.owns(p)}
+    assert set(opt.state) == owned and owned, (R, [tuple(p.shape) for p in owned])
+    # Every parameter has exactly one owner, and the parts are as balanced as whole parameters allow.
+    counts = hvd.allgather_object(sorted(p.numel() for p in owned))
+    assert sorted(n for part in counts for n in part) == [3, 8, 24, 40]
+    assert counts == ([[40], [3, 8, 24]] if N == 2 else [[40], [24], [3, 8]]), counts
+
+
+def test_state_dict_is_the_unsharded_layout_at_any_size_and_loads_either_way():
+    model = make_model()
+    opt = sharded_adam(model)
+    train(opt, model)
+    full = opt.state_dict()
+    plain_model = make_model()
+    plain = ADAM(plain_model.parameters())
+    reference(lambda _: plain, model=plain_model)
+    want = plain.state_dict()["state"]
+    assert sorted(full["state"]) == sorted(want) == [0, 1, 2, 3]
+    for i in want:
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(full["state"][i][key], want[i][key], msg=lambda m: "rank %d %d %s: %s" % (
+                R, i, key, m))
+    # A fresh sharded optimizer keeps its own part of the unsharded layout; one more step matches the plain one.
+    model2 = make_model()  # (a second optimizer on `model` would reduce its gradients twice: hooks on both)
+    model2.load_state_dict(model.state_dict())
+    again = sharded_adam(model2)
+    again.load_state_dict(copy.deepcopy(full))  # (torch loads the tensors themselves: its step would change `full`)
+    assert set(again.state) == {p for p in model2.parameters() if again._sharding.owns(p)}
+    again.zero_grad()
+    loss_fn(model2, *batch(9, R)).backward()
+    again.step()
+    plain.load_state_dict(full)
+    plain.zero_grad()
+    x, y = zip(*[batch(9, r) for r in range(N)])
+    loss_fn(plain_model, torch.cat(x), torch.cat(y)).backward()
+    plain.step()
+    assert_same_params(model2, plain_model)
+
+
+def test_bad_arguments_fail_on_every_rank():
+    model = make_model()
+    with pytest.raises(ValueError, match=r"sharded=2 must be False, True or 1"):
+        hvd.DistributedOptimizer(ADAM(model.parameters()), sharded=2)
+    with pytest.raises(ValueError, match=r"sharded=1 does not combine with op=Adasum"):
+        hvd.DistributedOptimizer(ADAM(model.parameters()), sharded=True, op=hvd.Adasum)
