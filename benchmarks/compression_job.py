@@ -18,8 +18,9 @@ import tfring.torch as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import median_ms  # noqa: E402
+from torch_job import BATCH, WIDTH  # noqa: E402
+from torch_job import model as dense_model  # noqa: E402 (the dense-25M model of the other benchmarks)
 
-WIDTH, LAYERS, BATCH = 2048, 6, 32  # the dense-25M model of the other benchmarks
 EPOCHS, DIGITS_BATCH, WARMUP = 20, 32, 10
 
 
@@ -45,14 +46,6 @@ def ddp_opt(net, kind, rank, lr, momentum=0.0):
                                             start_powerSGD_iter=max(WARMUP, 2), min_compression_rate=2)
         ddp.register_comm_hook(state, powersgd_hook.powerSGD_hook)
     return ddp, torch.optim.SGD(net.parameters(), lr, momentum=momentum)
-
-
-def dense_model():
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(LAYERS):
-        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers)
 
 
 def wire_elements(net, kind, rank):
