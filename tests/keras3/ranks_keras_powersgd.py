@@ -33,6 +33,13 @@ def test_fit_matches_a_simulation_of_every_rank():
         assert all(np.array_equal(w, other) for other in hvd.allgather_object(w))
     shapes = sorted(tuple(v.shape) for v in model.optimizer.variables if "powersgd" in v.path)
     assert shapes == [(), (64, 96), (96, 2)], shapes
+    # An elastic sync: every rank gets rank 0's Q, and the error (each rank's own residual) starts again from zero.
+    psgd = model.optimizer._powersgd
+    assert np.abs(keras.ops.convert_to_numpy(psgd.errors[0].value)).max() > 0
+    hvd.elastic.KerasState(model).sync()
+    assert not np.any(keras.ops.convert_to_numpy(psgd.errors[0].value))
+    q = keras.ops.convert_to_numpy(psgd.qs[0].value)
+    assert all(np.array_equal(q, other) for other in hvd.allgather_object(q))
 
 
 def test_only_the_factors_and_small_tensors_travel():

@@ -89,6 +89,13 @@ def test_trainer_fp16_compression_close():
         np.testing.assert_allclose(g, w, rtol=1e-2, atol=1e-2)
 
 
+def test_trainer_refuses_powersgd_by_name():
+    init()
+    with pytest.raises(ValueError, match=r"compression=PowerSGD\(rank=2.*not built for MXNet"):
+        hvd.DistributedTrainer(make_net(seed=1).collect_params(), "sgd", {"learning_rate": 0.5},
+                               compression=hvd.Compression.powersgd(rank=2))
+
+
 @pytest.mark.parametrize("num_groups", [0, 1])
 def test_distributed_optimizer_averages(num_groups):
     rank, size = init()

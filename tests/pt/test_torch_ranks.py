@@ -13,8 +13,8 @@ pytest.importorskip("torch", reason="torch is not installed: tfring.torch is not
 
 def files(np_):
     return ["tests/pt/ranks_torch_%s.py" % name for name in (
-        "collectives", "output_memory", "autograd", "process_sets", "optimizer", "sharded", "powersgd", "functions", "sync_bn",
-        "monitor")] + keras3_files(np_) + ["tests/pt/ranks_torch_errors.py"]
+        "collectives", "output_memory", "autograd", "process_sets", "optimizer", "sharded", "powersgd", "functions",
+        "sync_bn", "monitor")] + keras3_files(np_) + ["tests/pt/ranks_torch_errors.py"]
 
 
 @pytest.mark.parametrize("np_", [2, 3])

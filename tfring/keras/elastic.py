@@ -38,6 +38,10 @@ class KerasState(VariablesState):
 
     def _broadcast(self, variables):
         glue().broadcast_variables(variables, 0, None)
+        # PowerSGD's error is each rank's own residual: rank 0's, now on every rank, would count n times in the next
+        # step. It starts again from zero (Q, the same everywhere after the broadcast, is kept).
+        for error in getattr(getattr(self.optimizer, "_powersgd", None), "errors", {}).values():
+            error.assign(keras.ops.zeros_like(error.value))
 
     def _to_numpy(self, variable):
         return keras.ops.convert_to_numpy(variable) if isinstance(variable, keras.Variable) else \

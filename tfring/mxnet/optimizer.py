@@ -7,6 +7,7 @@ from collections import OrderedDict, defaultdict
 
 import mxnet as mx
 
+from tfring.common import powersgd
 from tfring.mxnet.compression import Compression
 from tfring.mxnet.mpi_ops import Average, allreduce_, broadcast_, global_process_set, grouped_allreduce_, size
 
@@ -95,7 +96,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         params: the parameters to train (ParameterDict, dict or list).
         optimizer: an optimizer name or mx.optimizer.Optimizer (a DistributedOptimizer is unwrapped).
         optimizer_params: the optimizer's arguments.
-        compression: `Compression.none` or `Compression.fp16`, applied to what is sent.
+        compression: `Compression.none` or `Compression.fp16`, applied to what is sent (`Compression.powersgd` is
+            not built for MXNet: a ValueError).
         gradient_predivide_factor: gradients are scaled by 1 / factor before the sum and factor / size after.
         prefix: prefix of the tensor names (distinct per trainer when a program has several).
         num_groups: > 0 fuses the gradients into that many grouped allreduces (per dtype).
@@ -104,6 +106,10 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def __init__(self, params, optimizer, optimizer_params=None, compression=Compression.none,
                  gradient_predivide_factor=1.0, prefix=None, num_groups=0, process_set=global_process_set):
+        if powersgd.settings(compression) is not None:
+            raise ValueError("tfring.mxnet.DistributedTrainer: compression=%r is not built for MXNet (PowerSGD: "
+                             "torch, Keras, JAX and TensorFlow's tape; docs/compression.md); use Compression.none "
+                             "or .fp16" % (compression,))
         self._compression = compression
         self._process_set = process_set
         if isinstance(optimizer, DistributedOptimizer):
