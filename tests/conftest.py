@@ -11,6 +11,11 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tfring.runner.processes import kill_session  # noqa: F401 (the tests' helper too)
+
+# Every launch of the suite (mpirun, tfringrun, the engines' mpirun) inherits this: a rank waiting in MPI yields
+# the core instead of spinning. Open MPI does so by itself only when it knows a host is oversubscribed (np=3 on 2
+# cores), while the suite runs 3 workers on 2 cores, so an np=2 launch's spinning took CPU from the others.
+os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 from tfring.runner.supervise import TRANSIENT_START_FAILURE
 
 # This pytest process loads TensorFlow (size-1 tests) and torch (the engines' estimators) side by side, in whatever

@@ -112,8 +112,9 @@ def test_bad_settings_and_combinations_fail_on_every_rank():
     with pytest.raises(ValueError, match=r"does not combine with groups=2"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), groups=2,
                                  compression=hvd.Compression.powersgd)
-    with pytest.raises(ValueError, match=r"does not combine with op=Adasum"):
-        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum,
-                                 compression=hvd.Compression.powersgd(rank=2))
+    for op in (hvd.Adasum, hvd.Max):
+        with pytest.raises(ValueError, match=r"does not combine with op=.*Average or Sum only"):
+            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=op,
+                                     compression=hvd.Compression.powersgd(rank=2))
     with pytest.raises(ValueError, match=r"a single collective takes Compression.none"):
         hvd.allreduce(torch.ones(3), name="psgd.bad", compression=hvd.Compression.powersgd())

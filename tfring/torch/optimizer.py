@@ -384,8 +384,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             parameters' positions in the optimizer).
         compression: `Compression.none` (default), `.fp16` or `.bf16` (gradients travel as that 16-bit float), or
             `Compression.powersgd(rank, warmup_steps, min_size)`: a rank-r approximation with error feedback (two
-            grouped allreduces in step(), after backward; docs/compression.md). PowerSGD does not combine with
-            groups or op=Adasum.
+            grouped allreduces in step(), after backward; docs/compression.md). PowerSGD takes op=Average or Sum
+            and no groups.
         backward_passes_per_step: backward passes accumulated locally before each allreduce (and step).
         op: `Average` (default), `Sum`, `Min`, `Max`, `Product`, or `Adasum`: then each rank steps on its own
             gradients and the parameters' changes are combined with Adasum (Horovod's delta optimizer; a
@@ -431,9 +431,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          "built for torch)" % (sharded,))
     if sharded and op == Adasum:
         raise ValueError("DistributedOptimizer: sharded=%r does not combine with op=Adasum" % (sharded,))
-    if powersgd.settings(compression) is not None and (groups or op == Adasum):
+    if powersgd.settings(compression) is not None and (groups or op not in (Average, Sum)):
         raise ValueError("DistributedOptimizer: compression=%r does not combine with %s" % (
-            compression, "op=Adasum" if op == Adasum else "groups=%r" % (groups,)))
+            compression, "groups=%r" % (groups,) if groups else "op=%s (Average or Sum only: the approximation is of "
+            "a sum)" % ("Adasum" if op == Adasum else op)))
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
     process_set = global_process_set if process_set is None else process_set
