@@ -43,6 +43,14 @@ class Sharding:
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.owner = partition(self.params, list(members))
         self.members, self.me, self.process_set = list(members), me, process_set
+        # What each step broadcasts, decided once: per owner, its parameters by dtype (one flat broadcast each).
+        self._sends = []
+        for r in self.members:
+            by_dtype = {}
+            for p in self.params:
+                if self.owner[p] == r:
+                    by_dtype.setdefault(p.dtype, []).append(p)
+            self._sends += [(r, dtype, params) for dtype, params in by_dtype.items()]
 
     def owns(self, p):
         """Whether this rank updates p (and keeps its state)."""
@@ -73,23 +81,18 @@ class Sharding:
     def share(self):
         """Every parameter from its owner: one broadcast per owner and dtype of its parameters, flattened."""
         with torch.no_grad():
-            for r in self.members:
-                by_dtype = {}
-                for p in self.params:
-                    if self.owner[p] == r:
-                        by_dtype.setdefault(p.dtype, []).append(p)
-                for dtype, params in by_dtype.items():
-                    if r == self.me:
-                        flat = torch.cat([p.reshape(-1) for p in params])
-                    else:
-                        flat = torch.empty(sum(p.numel() for p in params), dtype=dtype, device=params[0].device)
-                    broadcast_(flat, root_rank=r, name="sharded.params.%d.%s" % (r, str(dtype).split(".")[-1]),
-                               process_set=self.process_set)
-                    if r != self.me:
-                        offset = 0
-                        for p in params:
-                            p.copy_(flat[offset:offset + p.numel()].view_as(p))
-                            offset += p.numel()
+            for r, dtype, params in self._sends:
+                if r == self.me:
+                    flat = torch.cat([p.reshape(-1) for p in params])
+                else:
+                    flat = torch.empty(sum(p.numel() for p in params), dtype=dtype, device=params[0].device)
+                broadcast_(flat, root_rank=r, name="sharded.params.%d.%s" % (r, str(dtype).split(".")[-1]),
+                           process_set=self.process_set)
+                if r != self.me:
+                    offset = 0
+                    for p in params:
+                        p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                        offset += p.numel()
 
     def full_state(self, state_dict):
         """The unsharded layout of a wrapped state_dict(): every member's state entries merged (a collective).
