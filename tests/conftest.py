@@ -16,6 +16,7 @@ from tfring.runner.processes import kill_session  # noqa: F401 (the tests' helpe
 # the core instead of spinning. Open MPI does so by itself only when it knows a host is oversubscribed (np=3 on 2
 # cores), while the suite runs 3 workers on 2 cores, so an np=2 launch's spinning took CPU from the others.
 os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+from tfring.runner.stale_sessions import remove_stale
 from tfring.runner.supervise import TRANSIENT_START_FAILURE
 
 # This pytest process loads TensorFlow (size-1 tests) and torch (the engines' estimators) side by side, in whatever
@@ -87,6 +88,7 @@ def run_ranks(np_, args, timeout=600, env=None, mpirun_args=()):
     mpirun = mpirun_command(np_)
     cmd = mpirun[:1] + list(mpirun_args) + mpirun[1:] + [sys.executable] + list(args)
     for attempt in range(2):
+        remove_stale(env)
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env or rank_env(), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:

@@ -10,6 +10,7 @@ import time
 
 from tfring.runner.output import Relay, failure_summary, lost_host, stamp
 from tfring.runner.processes import descendants, kill_session
+from tfring.runner.stale_sessions import remove_stale
 
 
 # Open MPI 5's launcher occasionally fails this way at start-up (seen about once in a few hundred launches on a
@@ -111,6 +112,7 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
         for attempt in range(2):
             if attempt and stopping:
                 break
+            remove_stale(env)  # a killed launch's session directory fails the next mpirun on its pid
             relay = Relay(output_dir, timestamp_output, timestamp_logs)
             current[0] = _Mpirun(cmd, env, relay, start_timeout, num_ranks)
             rc = current[0].wait(stdout, stderr)

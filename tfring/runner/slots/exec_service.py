@@ -13,6 +13,7 @@ from tfring.common.signed_channel import BadRequest
 from tfring.common.signed_server import DriverServer
 from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.wire import TASK_SERVICE
+from tfring.runner.stale_sessions import remove_stale
 
 SPAWN_WAIT = 10.0
 
@@ -100,6 +101,7 @@ class ExecService:
             # The job's secret by name in the daemon's environment (never on a command line), as mpirun has it: the
             # processes an elastic job spawns on this host later inherit the daemon's environment, not mpirun's.
             env = dict(os.environ, **{launch_env.SLOT_SECRET: self._secret, launch_env.ELASTIC_SECRET: self._secret})
+            remove_stale(env)  # the daemon's session directory: see tfring.runner.stale_sessions
             proc = subprocess.Popen(["/bin/sh", "-c", request["command"]], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                     preexec_fn=die_with_parent, env=env)

@@ -17,6 +17,7 @@ from tfring.runner.output import Relay, failure_summary
 from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.net import route_address
 from tfring.runner.slots.service import LOCAL_HOST
+from tfring.runner.stale_sessions import remove_stale
 from tfring.runner.supervise import TRANSIENT_START_FAILURE, failed_to_start
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -125,6 +126,7 @@ class Launcher:
         threading.Thread(target=self._wait, daemon=True).start()
 
     def _spawn(self):
+        remove_stale(self.env)  # see tfring.runner.stale_sessions
         self.relay = Relay()
         self.relay.expected = self.np
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
