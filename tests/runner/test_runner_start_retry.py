@@ -72,15 +72,15 @@ class _Driver:  # the slot job's driver service, as slot 0's launcher reaches it
         return {"ack": True}
 
 
-def slot_launch(cmd):
-    """Slot 0's launcher (a Spark task's or Ray actor's) with `cmd` as its mpirun, to its exit report; returns the
-    driver it reported to."""
+def slot_launch(cmd, start_deadline=0):
+    """Slot 0's launcher (a Spark task's or Ray actor's) with `cmd` as its mpirun, to its exit report (within 60 s);
+    returns the driver it reported to."""
     from types import SimpleNamespace
     from tfring.runner.slots.launcher import Launcher
 
     class Shell(Launcher):
         def command(self, spec, secret):  # the real one builds an mpirun command line from the driver's spec
-            return cmd, dict(os.environ), SimpleNamespace(num_ranks=1, start_deadline=0, verbose=False)
+            return cmd, dict(os.environ), SimpleNamespace(num_ranks=1, start_deadline=start_deadline, verbose=False)
 
     driver = _Driver()
     Shell(driver, spec=None, secret=None)
@@ -90,8 +90,10 @@ def slot_launch(cmd):
 
 def test_a_slot_jobs_start_failure_is_retried_once_and_said(tmp_path):
     # Spark and Ray jobs (tfring.runner.slots) start mpirun from slot 0, not through tfringrun's supervisor.
+    # With a start deadline far away: the failed mpirun is seen when it exits, not at the deadline (the launcher
+    # waited for the deadline first, and a Ray job's driver gave up at 120 s: a red CI run).
     cmd, count = launcher(tmp_path, "cat $PMIX >&2; exit 213")
-    driver = slot_launch(cmd)
+    driver = slot_launch(cmd, start_deadline=600)
     assert driver.exits == [("/exit", {"rc": 0, "summary": ""})], driver.output
     assert count.read_text().count("x") == 2
     assert driver.output["stderr"].count("tfring: Open MPI failed before starting any rank") == 1, driver.output

@@ -24,14 +24,14 @@ def failed_to_start(rc, relay):
     return rc > 0 and not relay.ranks_spoke and TRANSIENT_START_FAILURE in text
 
 
-class _Mpirun:
+class Mpirun:
     """One mpirun: started, its output relayed, stopped on kill() (SIGTERM to every rank, SIGKILL after 5 s) or
     when a rank does not announce its start within start_timeout seconds."""
 
-    def __init__(self, cmd, env, relay, start_timeout, num_ranks):
+    def __init__(self, cmd, env, relay, start_timeout, num_ranks, preexec_fn=None):
         self.relay, self.late = relay, []
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=preexec_fn)
         if start_timeout:
             relay.expected = num_ranks
             threading.Thread(target=self._watch_start, args=(start_timeout, num_ranks), daemon=True).start()
@@ -114,7 +114,7 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
                 break
             remove_stale(env)  # a killed launch's session directory fails the next mpirun on its pid
             relay = Relay(output_dir, timestamp_output, timestamp_logs)
-            current[0] = _Mpirun(cmd, env, relay, start_timeout, num_ranks)
+            current[0] = Mpirun(cmd, env, relay, start_timeout, num_ranks)
             rc = current[0].wait(stdout, stderr)
             if stopping or attempt or not failed_to_start(rc, relay):
                 break

@@ -4,7 +4,6 @@ until the driver acknowledges it (the slot also repeats the report in its status
 import json
 import os
 import shlex
-import subprocess
 import sys
 import threading
 import time
@@ -18,7 +17,7 @@ from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.net import route_address
 from tfring.runner.slots.service import LOCAL_HOST
 from tfring.runner.stale_sessions import remove_stale
-from tfring.runner.supervise import TRANSIENT_START_FAILURE, failed_to_start
+from tfring.runner.supervise import TRANSIENT_START_FAILURE, Mpirun, failed_to_start
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXIT_DEADLINE = 30.0  # seconds /exit is retried without an acknowledgement (the status polls still carry it)
@@ -129,21 +128,13 @@ class Launcher:
         remove_stale(self.env)  # see tfring.runner.stale_sessions
         self.relay = Relay()
         self.relay.expected = self.np
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+        # The start deadline is watched beside mpirun, so one that fails at once is seen (and retried) at once.
+        self.mpirun = Mpirun(self.cmd, self.env, self.relay, self.start_timeout, self.np, preexec_fn=die_with_parent)
+        self.proc = self.mpirun.proc
 
     def _run_once(self):
-        pumps = [threading.Thread(target=self.relay.pump, args=(self.proc.stdout, self.out), daemon=True),
-                 threading.Thread(target=self.relay.pump, args=(self.proc.stderr, self.err), daemon=True)]
-        for t in pumps:
-            t.start()
-        if self.start_timeout and not self.relay.all_started.wait(self.start_timeout) and self.proc.poll() is None:
-            self.late = sorted(set(range(self.np)) - self.relay.started)
-            terminate(self.proc)
-        rc = self.proc.wait()
-        for t in pumps:
-            t.join(5)
-        self.relay.close()
+        rc = self.mpirun.wait(self.out, self.err)
+        self.late = self.mpirun.late
         return rc
 
     def _wait(self):
