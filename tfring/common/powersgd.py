@@ -186,6 +186,34 @@ def round_trip(matrices, qs, errors, plain, allreduce, la):
     return approx, new_qs, [mat - a for mat, a in zip(ms, approx)], first[len(ms):]
 
 
+def compress_step(grads, shapes, compressed, plain, qs, errors, allreduce, la, reshape):
+    """`round_trip` on the gradients as they are: the compressed ones reshaped to their matrices and back.
+
+    Args:
+        grads: the step's gradients (binding tensors), indexed by `compressed` and `plain`.
+        shapes: index -> (n, m) of each compressed gradient.
+        compressed, plain: indices of the gradients that are compressed and of those that travel as they are.
+        qs, errors: the compressed gradients' Q and error from the last step, in `compressed` order.
+        allreduce, la: as for `round_trip`.
+        reshape: reshape(tensor, shape).
+
+    Returns:
+        tuple: (the reduced gradients in `compressed + plain` order, new qs, new errors).
+    """
+    approx, new_qs, new_errors, reduced = round_trip(
+        [reshape(grads[i], shapes[i]) for i in compressed], list(qs), list(errors), [grads[i] for i in plain],
+        allreduce, la)
+    return [reshape(a, tuple(grads[i].shape)) for a, i in zip(approx, compressed)] + reduced, new_qs, new_errors
+
+
+def placed(base, order, values):
+    """`base` as a list with values[k] at index order[k]."""
+    out = list(base)
+    for i, v in zip(order, values):
+        out[i] = v
+    return out
+
+
 class EagerState:
     """PowerSGD's state kept in Python between eager steps (torch; TensorFlow eagerly): the step count and, per
     compressed tensor, its Q and error, made on first use.
@@ -218,25 +246,20 @@ class EagerState:
         self.steps += 1
         if self.steps <= self.config.warmup_steps:
             return allreduce(list(grads))
-        compressed, plain = [], []
+        compressed, plain, shapes = [], [], {}
         for i, (key, g) in enumerate(zip(keys, grads)):
             nm = self.config.matrix_shape(g.shape)
             if nm is None:
                 plain.append(i)
                 continue
             compressed.append(i)
+            shapes[i] = nm
             if key not in self.qs:
                 self.qs[key] = self._from_numpy(self.config.initial_q(nm[1], i), g)
                 self.errors[key] = self._zeros_like(self._reshape(g, nm))
         ckeys = [keys[i] for i in compressed]
-        approx, qs, errors, reduced = round_trip(
-            [self._reshape(grads[i], self.config.matrix_shape(grads[i].shape)) for i in compressed],
-            [self.qs[k] for k in ckeys], [self.errors[k] for k in ckeys], [grads[i] for i in plain], allreduce,
-            self.la)
-        out = [None] * len(grads)
-        for i, k, a, q, e in zip(compressed, ckeys, approx, qs, errors):
+        out, qs, errors = compress_step(grads, shapes, compressed, plain, [self.qs[k] for k in ckeys],
+                                        [self.errors[k] for k in ckeys], allreduce, self.la, self._reshape)
+        for k, q, e in zip(ckeys, qs, errors):
             self.qs[k], self.errors[k] = q, e
-            out[i] = self._reshape(a, tuple(grads[i].shape))
-        for i, r in zip(plain, reduced):
-            out[i] = r
-        return out
+        return placed(grads, compressed + plain, out)

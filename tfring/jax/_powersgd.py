@@ -62,10 +62,9 @@ def transformation(config, reduce_kwargs):
             return list(grouped_allreduce(tensors, name=next(rounds), **reduce_kwargs)) if tensors else []
 
         def compress(_):
-            approx, qs, errors, reduced = powersgd.round_trip(
-                [leaves[i].reshape(nm) for i, nm in compressed], list(state.qs), list(state.errors),
-                [leaves[i] for i in plain], allreduce, JaxLinearAlgebra)
-            return [a.reshape(leaves[i].shape) for a, i in zip(approx, index)] + reduced, tuple(qs), tuple(errors)
+            out, qs, errors = powersgd.compress_step(leaves, dict(compressed), index, plain, state.qs, state.errors,
+                                                     allreduce, JaxLinearAlgebra, jnp.reshape)
+            return out, tuple(qs), tuple(errors)
 
         def warm_up(_):
             reduced = grouped_allreduce([leaves[i] for i in index + plain], name="powersgd.warmup", **reduce_kwargs)
@@ -75,9 +74,7 @@ def transformation(config, reduce_kwargs):
             out, qs, errors = jax.lax.cond(state.count < config.warmup_steps, warm_up, compress, None)
         else:
             out, qs, errors = compress(None)
-        result = [None] * len(leaves)
-        for i, r in zip(index + plain, out):
-            result[i] = r
+        result = powersgd.placed(leaves, index + plain, out)
         return jax.tree_util.tree_unflatten(tree, result), PowerSGDState(state.count + 1, qs, errors)
 
     return optax.GradientTransformation(init, update)

@@ -69,10 +69,9 @@ class PowerSGDState:
                                                 **kwargs)) if tensors else []
 
         def compress():
-            approx, qs, errors, reduced = powersgd.round_trip(
-                [ops.reshape(grads[i], self.shapes[i]) for i in compressed], [self.qs[i].value for i in compressed],
-                [self.errors[i].value for i in compressed], [grads[i] for i in plain], allreduce, KerasLinearAlgebra)
-            return [ops.reshape(a, grads[i].shape) for a, i in zip(approx, compressed)] + reduced, qs, errors
+            return powersgd.compress_step(grads, self.shapes, compressed, plain, [self.qs[i].value for i in compressed],
+                                          [self.errors[i].value for i in compressed], allreduce, KerasLinearAlgebra,
+                                          ops.reshape)
 
         def warm_up():
             reduced = list(self._grouped_allreduce([grads[i] for i in compressed + plain], name="powersgd.warmup",
@@ -87,10 +86,7 @@ class PowerSGDState:
         for i, q, e in zip(compressed, qs, errors):
             self.qs[i].assign(q)
             self.errors[i].assign(e)
-        out = list(grads)
-        for i, r in zip(compressed + plain, reduced):
-            out[i] = r
-        return out
+        return powersgd.placed(grads, compressed + plain, reduced)
 
 
 def from_config(value):

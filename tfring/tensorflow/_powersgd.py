@@ -55,11 +55,10 @@ class TapeState:
         rounds = iter(("powersgd.P", "powersgd.Q"))
 
         def compress():
-            approx, qs, errors, reduced = powersgd.round_trip(
-                [tf.reshape(grads[i], shapes[i]) for i in compressed], [q.read_value() for q, _ in state],
-                [e.read_value() for _, e in state], [grads[i] for i in plain],
-                lambda ts: allreduce(ts, next(rounds)) if ts else [], TFLinearAlgebra)
-            return [tf.reshape(a, tf.shape(grads[i])) for a, i in zip(approx, compressed)] + reduced, qs, errors
+            return powersgd.compress_step(grads, shapes, compressed, plain, [q.read_value() for q, _ in state],
+                                          [e.read_value() for _, e in state],
+                                          lambda ts: allreduce(ts, next(rounds)) if ts else [], TFLinearAlgebra,
+                                          tf.reshape)
 
         def warm_up():
             reduced = allreduce([grads[i] for i in compressed + plain], "powersgd.warmup")
@@ -73,10 +72,7 @@ class TapeState:
         for (q_var, e_var), q, e in zip(state, qs, errors):
             q_var.assign(q)
             e_var.assign(e)
-        result = [None] * len(grads)
-        for i, r in zip(compressed + plain, out):
-            result[i] = r
-        return result
+        return powersgd.placed(grads, compressed + plain, out)
 
 
 _STATES = {}
