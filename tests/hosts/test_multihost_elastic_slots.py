@@ -25,11 +25,7 @@ import test_multihost_slots as slots_test  # noqa: E402
 
 from tfring.runner.slots.elastic_job import ElasticSlotJob  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    os.environ.get("TFRING_TEST_ELASTIC_SLOT_HOSTS") != "1",
-    reason="opt-in (TFRING_TEST_ELASTIC_SLOT_HOSTS=1): Open MPI 5.0.11's ULFM over TCP fails this job in about 4 "
-           "runs of 10 here (the rank under the driver's mpirun dies while the survivors shrink, mpirun exits 255; "
-           "or the spawn onto h2 hangs): docs/elastic.md, Known defects")]
+pytestmark = pytest.mark.slow
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 NETNS_ENV = {"NETNS_HOSTS_PREFIX": "tfre%d" % (os.getpid() % 1000),
