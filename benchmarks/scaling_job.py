@@ -63,6 +63,32 @@ def raw_hierarchical(arr):
     LOCAL.Bcast(arr, root=0)
 
 
+PIECE = 1 << 20  # floats per Sendrecv of raw_ring (4 MiB)
+
+
+def raw_ring(arr, scratch):
+    """Allreduce as a ring over Sendrecv (reduce-scatter, then allgather), in place: what tfring's ring.cc does for
+    the cross-host step, here on the flat communicator, to see whether a ring of our own reaches a rate-limited
+    link's speed where Open MPI's MPI_Allreduce does not (#47)."""
+    p, me = COMM.size, COMM.rank
+    if p == 1:
+        return
+    bounds = [arr.size * i // p for i in range(p + 1)]
+    nxt, prv = (me + 1) % p, (me - 1) % p
+    pieces = -(-max(bounds[i + 1] - bounds[i] for i in range(p)) // PIECE)
+    for s in range(p - 1):  # step s sends this rank's partial sum of block me-s-1, adds into block me-s-2
+        out, inn = (me - s - 1) % p, (me - s - 2) % p
+        for k in range(pieces):
+            a, b = bounds[out] + k * PIECE, bounds[inn] + k * PIECE
+            send = arr[min(a, bounds[out + 1]):min(a + PIECE, bounds[out + 1])]
+            n = max(0, min(b + PIECE, bounds[inn + 1]) - b)
+            COMM.Sendrecv(send, nxt, recvbuf=scratch[:n], source=prv)
+            arr[b:b + n] += scratch[:n]
+    for s in range(p - 1):  # block me is complete: pass the complete blocks round
+        out, inn = (me - s) % p, (me - s - 1) % p
+        COMM.Sendrecv(arr[bounds[out]:bounds[out + 1]], nxt, recvbuf=arr[bounds[inn]:bounds[inn + 1]], source=prv)
+
+
 def measure_tfring(rows, resnet, label):
     import tensorflow as tf
     import tfring as hvd
@@ -88,6 +114,8 @@ def main():
         arr = np.ones(row["bytes"] // 4, np.float32)
         row["raw_ms"] = median_ms(lambda: COMM.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM), ARGS.iters)
         row["raw_hier_ms"] = median_ms(lambda: raw_hierarchical(arr), ARGS.iters)
+        scratch = np.empty(PIECE, np.float32)
+        row["raw_ring_ms"] = median_ms(lambda: raw_ring(arr, scratch), ARGS.iters)
     os.environ["TFRING_HIERARCHICAL_ALLREDUCE"] = "0"
     measure_tfring(rows, resnet, "flat")
     os.environ["TFRING_HIERARCHICAL_ALLREDUCE"] = "1"
