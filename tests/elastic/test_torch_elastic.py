@@ -148,6 +148,20 @@ def test_frozen_rank_is_ended_and_the_survivors_go_on(tmp_path):
     assert reset_at - frozen["t"] <= 5 + 5  # the stall deadline + 5 s (#45)
 
 
+def test_rank_frozen_inside_a_transfer_is_ended_and_the_survivors_go_on():
+    # Rank 2 stops 0.3 s into a 384 MiB allreduce (tests/monitor/frozen_job.py): the survivors are blocked in MPI.
+    # Their watch thread names it, rank 0 ends it at the shutdown time, MPI fails the transfer as after a kill,
+    # and the survivors redo the allreduce at np=2.
+    rc, out = run_launcher(["-np", "3", "--min-np", "2", "python", os.path.join(ROOT, "tests", "monitor",
+                                                                              "frozen_job.py"), "2", "data"],
+                           {"TFRING_STALL_CHECK_TIME_SECONDS": "2", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "5"})
+    assert rc == 0, out[-5000:]
+    assert "stopped responding: the data transfer of allreduce 'allreduce.big'" in out, out[-5000:]
+    assert "ending rank 2 (host " in out and "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]
+    done = sorted(line.split("DONE ", 1)[1].split()[:3] for line in out.splitlines() if "DONE " in line)
+    assert done == [["0", "2", "2.0"], ["1", "2", "2.0"]], out[-5000:]
+
+
 def test_reset_limit_ends_the_job(tmp_path):
     # --reset-limit 0: the first failure is one reset too many, so the survivors end the job instead of going on.
     rc, out = run_launcher(["-np", "3", "--min-np", "2", "--reset-limit", "0", "python", JOB],

@@ -104,3 +104,25 @@ def test_a_frozen_rank_fails_every_other_rank_within_the_deadline_naming_it():
         # The wait began at the freeze, 0.5 s before this call: the deadline counts from there (+ 5 s, #45).
         assert 6 - 1.5 <= seconds <= 6 + 5, line
     assert "stopped responding" in out and "unless they answer" in out, out[-5000:]  # the warning at 2 s
+
+
+@pytest.mark.slow
+def test_a_rank_frozen_inside_a_transfer_ends_the_job_naming_it():
+    pytest.importorskip("torch", reason="frozen_job.py trains with tfring.torch")
+    # Rank 2 stops 0.3 s into a 384 MiB allreduce: the others are blocked in MPI, in the data transfer, where the
+    # negotiation's polled waits do not reach. Before, they waited there forever; now a watch thread answers their
+    # census, names rank 2 at the warning time and ends the job at the shutdown time (nothing returns the call).
+    env = dict(rank_env(), TFRING_STALL_CHECK_TIME_SECONDS="2", TFRING_STALL_SHUTDOWN_TIME_SECONDS="6")
+    proc = subprocess.run([sys.executable, "-m", "tfring.runner", "-np", "3", sys.executable,
+                           os.path.join(ROOT, "tests", "monitor", "frozen_job.py"), "2", "data"],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    out = re.sub(r"(?m)^\[\d+\]<std(?:out|err)>:", "", proc.stdout)
+    assert proc.returncode != 0 and "FROZEN 2" in out and "DONE" not in out, out[-5000:]
+    warned = [x for x in out.splitlines() if "stopped responding: the data transfer of allreduce 'allreduce.big' has "
+              "waited" in x and "unless they answer" in x]
+    failed = re.findall(r"\[tfring ERROR rank (\d)\] tfring: rank 2 \(host [^)]+\) stopped responding: the data "
+                        r"transfer of allreduce 'allreduce.big' waited (\d+) s .*every live rank ends the job now", out)
+    assert warned and failed, out[-5000:]
+    # The first live rank to give up ends the job (MPI_Abort) 2 s later: both usually say why, one always does.
+    assert {rank for rank, _ in failed} <= {"0", "1"}
+    assert all(6 <= int(waited) <= 6 + 5 for _, waited in failed), failed  # the deadline (+ 5 s, #45)

@@ -4,6 +4,7 @@
 
 #include "../backend.h"
 #include "collectives.h"
+#include "data_watch.h"
 #include "transport.h"
 
 namespace tfring {
@@ -33,13 +34,15 @@ namespace {
 
 class MpiBackend : public Backend {
  public:
-  MpiBackend() : transport_(ctx_) {}
+  MpiBackend() : transport_(ctx_), watch_(ctx_) {}
   Status Init(int64_t comm_f, const MpiOptions& o) {
     ctx_.max_count = o.max_count;
     ctx_.chunk_bytes = o.chunk_bytes;
     ctx_.stall_warn_seconds = o.stall_warn_seconds;
     ctx_.stall_shutdown_seconds = o.stall_shutdown_seconds;
-    return ctx_.Init(comm_f);
+    TFR_RETURN_IF_ERROR(ctx_.Init(comm_f));
+    watch_.Start();
+    return Status::OK();
   }
   Status CreateSubset(const std::vector<int>& ranks, std::unique_ptr<Backend>* out) override {
     const bool member = std::binary_search(ranks.begin(), ranks.end(), ctx_.rank);
@@ -56,6 +59,7 @@ class MpiBackend : public Backend {
     Status s = b->ctx_.Init(sub);  // duplicates sub
     MPI_Comm_free(&sub);
     if (!s.ok()) return s;
+    b->watch_.Start();
     for (size_t i = 0; i < ranks.size(); ++i) b->ctx_.world_rank[i] = ctx_.world_rank[ranks[i]];
     *out = std::move(b);
     return Status::OK();
@@ -76,6 +80,32 @@ class MpiBackend : public Backend {
     return t;
   }
   Status Execute(const Response& r, const std::vector<TensorEntry*>& entries) override {
+    if (r.op == OpType::JOIN) return Status::OK();
+    watch_.Begin(Describe(r));
+    return watch_.End(Dispatch(r, entries));
+  }
+  void Finalize() override {
+    watch_.Stop();
+    ctx_.Finalize();
+  }
+  void Revoke() override { ctx_.Revoke(); }
+  Status Explain(const Status& s) const override { return ctx_.Explain(s); }
+  bool FaultTolerant() const override { return ctx_.fault_tolerant; }
+  void SetTimeline(Timeline* timeline) override { ctx_.timeline = timeline; }
+  void SetHierarchical(int bits) override {
+    ctx_.hierarchical_allreduce = bits & 1;
+    ctx_.hierarchical_allgather = bits & 2;
+  }
+
+ private:
+  // "the data transfer of allreduce 'grad_3' and 11 more": for the data watch's messages.
+  static std::string Describe(const Response& r) {
+    std::string s = std::string("the data transfer of ") + OpTypeName(r.op);
+    if (!r.names.empty()) s += " '" + r.names[0] + "'";
+    if (r.names.size() > 1) s += " and " + std::to_string(r.names.size() - 1) + " more";
+    return s;
+  }
+  Status Dispatch(const Response& r, const std::vector<TensorEntry*>& entries) {
     switch (r.op) {
       case OpType::ALLREDUCE:
         return r.reduce_op == ReduceOp::ADASUM ? MpiAdasum(ctx_, r, entries) : MpiAllreduce(ctx_, r, entries);
@@ -96,19 +126,10 @@ class MpiBackend : public Backend {
     }
     return Status::Unknown("tfring: unknown collective");
   }
-  void Finalize() override { ctx_.Finalize(); }
-  void Revoke() override { ctx_.Revoke(); }
-  Status Explain(const Status& s) const override { return ctx_.Explain(s); }
-  bool FaultTolerant() const override { return ctx_.fault_tolerant; }
-  void SetTimeline(Timeline* timeline) override { ctx_.timeline = timeline; }
-  void SetHierarchical(int bits) override {
-    ctx_.hierarchical_allreduce = bits & 1;
-    ctx_.hierarchical_allgather = bits & 2;
-  }
 
- private:
   MpiContext ctx_;
   MpiTransport transport_;
+  DataWatch watch_;  // after ctx_: stopped (destroyed) before it
 };
 
 }  // namespace

@@ -13,7 +13,7 @@
 
 #include "../../half.h"
 #include "../../logging.h"
-#include "transport.h"
+#include "census.h"
 
 namespace tfring {
 namespace {

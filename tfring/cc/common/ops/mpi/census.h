@@ -1,0 +1,45 @@
+// Telling a silent rank from a busy one, for every wait that could otherwise last forever (the negotiation's
+// polled waits, transport.h; a data collective blocked in MPI, data_watch.h). While it waits, a rank answers
+// pings on a communicator of its own (census_comm); a census pings every rank and names those that do not answer
+// within 1 s. A census every rank answers means the wait is legitimate (a long step, a large transfer): it goes on.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "../../status.h"
+#include "mpi_context.h"
+
+namespace tfring {
+
+// Every live census communicator of this process: a rank waiting anywhere answers pings on all of them, so a rank
+// held up in a process set's collective is not taken for a silent one in the global set's.
+void RegisterCensusComm(MPI_Comm comm);
+void UnregisterCensusComm(MPI_Comm comm);
+// Answers the pings waiting on every census communicator. Any thread; skipped while another thread takes a census
+// (that one answers them meanwhile).
+void AnswerPings();
+// Ranks of ctx.comm that did not answer a ping within 1 s (any thread; one census at a time per process).
+std::vector<int> Census(const MpiContext& ctx);
+// "rank 2 (host h1)", "ranks 1 (host a), 3 (host b)": in tfring's global numbering.
+std::string Describe(const MpiContext& ctx, const std::vector<int>& ranks);
+// Elastic (ULFM): the lowest answering rank on each silent rank's host SIGKILLs it; MPI then reports it failed.
+// A silent rank with no live rank on its host is not ended (the wait then fails at the end of its grace).
+void EndSilent(const MpiContext& ctx, const std::vector<int>& silent);
+
+// One wait's deadlines (the stall settings): from the warning time on, a census at every warning interval names
+// the silent ranks (a warning); the last census before the shutdown time decides. Outside elastic mode the wait
+// then fails naming them; in an elastic job they are ended first and the wait gets 10 s for MPI to report it.
+class SilenceCheck {
+ public:
+  SilenceCheck(const MpiContext& ctx, std::string what, double start);
+  // Called while the wait goes on. True: give up, with *failure (DEADLINE_EXCEEDED) naming the silent ranks.
+  bool Poll(Status* failure);
+
+ private:
+  const MpiContext& ctx_;
+  std::string what_;
+  double start_, warn_at_, give_up_at_;
+  bool ended_silent_ = false;
+};
+
+}  // namespace tfring

@@ -1,0 +1,90 @@
+#include "data_watch.h"
+
+#include <chrono>
+#include <memory>
+
+#include "../../clock.h"
+#include "../../logging.h"
+#include "census.h"
+
+namespace tfring {
+namespace {
+
+// The watch looks every 0.1 s (a census waits 1 s for answers), and not at all at transfers younger than that:
+// almost every transfer ends within it, and then costs two mutex operations.
+constexpr auto kTick = std::chrono::milliseconds(100);
+constexpr double kQuietSeconds = 0.1;
+
+}  // namespace
+
+void DataWatch::Start() {
+  if (ctx_.stall_warn_seconds <= 0 && ctx_.stall_shutdown_seconds <= 0) return;
+  if (ctx_.thread_level != MPI_THREAD_MULTIPLE) return;  // the watch calls MPI while the transfer blocks in it
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_) return;
+  running_ = true;
+  stop_ = false;
+  thread_ = std::thread(&DataWatch::Loop, this);
+}
+
+void DataWatch::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!running_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  running_ = false;
+}
+
+void DataWatch::Begin(std::string what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_ = true;
+  ++seq_;
+  start_ = SteadySeconds();
+  what_ = std::move(what);
+}
+
+Status DataWatch::End(Status s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_ = false;
+  if (!gave_up_) return s;
+  gave_up_ = false;
+  ctx_.abandoned = true;  // the silent ranks never finished this transfer: finalizing ends the job
+  return failure_;
+}
+
+void DataWatch::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  uint64_t checking = 0;
+  std::unique_ptr<SilenceCheck> check;
+  while (!stop_) {
+    cv_.wait_for(lock, kTick);
+    if (stop_ || !active_ || gave_up_ || SteadySeconds() - start_ < kQuietSeconds) continue;
+    if (checking != seq_) {
+      check.reset(new SilenceCheck(ctx_, what_, start_));
+      checking = seq_;
+    }
+    lock.unlock();
+    AnswerPings();  // this rank is alive while its transfer waits for others
+    Status failure;
+    const bool give_up = check->Poll(&failure);
+    lock.lock();
+    if (!give_up || !active_ || seq_ != checking) continue;
+    if (!ctx_.fault_tolerant) {
+      // Without ULFM nothing returns the blocked call: say why on every live rank, then end the job.
+      TFR_LOG(TFR_ERROR, failure.message() << "; every live rank ends the job now (MPI_Abort): a transfer blocked in "
+                                              "MPI cannot be abandoned");
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::seconds(2));  // the other live ranks report it too
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      return;
+    }
+    gave_up_ = true;
+    failure_ = Status::DeadlineExceeded(failure.message() + "; the transfer is abandoned on every live rank");
+    ctx_.Revoke();  // the blocked call returns MPI_ERR_REVOKED; End() reports the deadline instead
+  }
+}
+
+}  // namespace tfring
