@@ -41,6 +41,9 @@ def test_both_books_take_what_the_ranks_send():
     (protocol.RESET, {"hosts": ["h1"], "slots": ["0"], "reason": "grow"}, "'slots' must be a list of slot indexes"),
     (protocol.RESET, {"hosts": ["h1"], "slots": [], "reason": "bored"}, "'reason' must be 'failure' or 'grow'"),
     (protocol.LOG, {"message": 7}, "'message' must be a string"),
+    (protocol.END, {"rank": 2, "host": "-oProxyCommand=x", "pid": 9}, "'host' must be a host name"),
+    (protocol.END, {"rank": 2, "host": "h 2", "pid": 9}, "'host' must be a host name"),
+    (protocol.END, {"rank": 2, "host": "h2", "pid": 1}, "'pid' must be an integer >= 2, got 1"),
 ])
 def test_both_books_refuse_a_malformed_request_alike(path, payload, match):
     for book, _ in _books():
@@ -64,3 +67,34 @@ def test_exit_reports_are_checked_alike():
         for handler in (book.handlers()[protocol.EXIT] for book, _ in _books()):
             with pytest.raises(BadRequest):
                 handler(bad)
+
+
+def test_end_kills_only_a_process_of_this_job(tmp_path):
+    # tfringrun's /end (ender.py): a rank alone on its host that stopped responding is killed where its environment
+    # names this job's state directory; any other process, and any host not the job's, is refused.
+    import os
+    import subprocess
+    import sys
+
+    from tfring.runner.elastic.ender import end_rank
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env=dict(os.environ, TFRING_ELASTIC_STATE_DIR=str(tmp_path)))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=dict(os.environ, TFRING_ELASTIC_STATE_DIR=str(tmp_path) + "x"))
+    try:
+        book = ElasticBook(DiscoveredHosts(say=print), say=print)
+        assert book.end(protocol.end_request(1, "localhost", other.pid)) == {
+            "ok": False, "message": "this launcher cannot end processes"}
+        book.ender = lambda host, pid: end_rank(host, pid, str(tmp_path), known_hosts=lambda: ["h2"])
+        reply = book.end(protocol.end_request(1, "localhost", other.pid))
+        assert not reply["ok"] and "not ended: no process %d of this job" % other.pid in reply["message"], reply
+        assert book.end(protocol.end_request(1, "h3", ours.pid)) == {
+            "ok": False, "message": "refused: h3 is not one of the job's hosts"}
+        assert other.poll() is None and ours.poll() is None
+        assert book.end(protocol.end_request(1, "localhost", ours.pid)) == {
+            "ok": True, "message": "ended (SIGKILL through this machine)"}
+        assert ours.wait(timeout=10) == -9 and other.poll() is None
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait()

@@ -2,6 +2,8 @@
 gets new ranks (MPI_Comm_spawn onto a host outside mpirun's allocation) and the committed state; a host whose
 link is cut is dropped and the job goes on from the last commit on the remaining host (Open MPI ends a job that
 loses a host, so tfringrun starts it again). Needs root and `ip netns`; skipped with the reason otherwise."""
+import glob
+import json
 import os
 import subprocess
 import sys
@@ -16,13 +18,14 @@ from test_multihost import NETNS_ENV, NH, _nh, hosts  # noqa: F401  (the module'
 pytestmark = pytest.mark.slow  # launches real ranks or jobs
 
 JOB = os.path.join(ROOT, "tests", "elastic", "keras_job.py")
+TORCH_JOB = os.path.join(ROOT, "tests", "elastic", "torch_job.py")
 
 
-def elastic_on_h1(fake_ssh, tmp_path, args, env=None):
+def elastic_on_h1(fake_ssh, tmp_path, args, env=None, job=JOB):
     e = dict(rank_env(), **NETNS_ENV)
     e.update(ELASTIC_OUT=str(tmp_path), PATH=fake_ssh + os.pathsep + e["PATH"], **(env or {}))
     cmd = NH + ["exec", "h1", sys.executable, "-m", "tfring.runner", "--network-interface",
-                NETNS_ENV["NETNS_HOSTS_SUBNET"] + ".0/24"] + args + ["python", JOB]
+                NETNS_ENV["NETNS_HOSTS_SUBNET"] + ".0/24"] + args + ["python", job]
     return subprocess.Popen(cmd, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
@@ -56,6 +59,30 @@ def test_host_added_by_discovery_gets_ranks_and_state(hosts, tmp_path):  # noqa:
     assert len(newcomer) == 1 and newcomer[0][0]["step"] > 3, newcomer  # went on from the commit
     assert "tfring.elastic: reset (grow): 2 -> 3 ranks" in out, out[-5000:]
     assert "rank 2 of 3 done" in out, out[-5000:]  # a spawned rank's output is relayed untagged
+
+
+def test_frozen_rank_alone_on_its_host_is_ended_through_the_launcher(hosts, tmp_path):  # noqa: F811
+    torch = pytest.importorskip("torch", reason="torch_job.py trains with tfring.torch")
+    # Rank 2, the only rank on h2, stops (SIGSTOP) after step 5. No live rank shares its host, so rank 0 asks
+    # tfringrun (/end), which checks over ssh that the process is this job's and kills it; MPI then reports the
+    # failure and the ranks on h1 go on as after a kill. Before, the job failed at the deadline.
+    proc = elastic_on_h1(hosts, tmp_path, ["-np", "3", "--min-np", "2", "-H", "h1:2,h2:1"],
+                         {"ELASTIC_KILL": "2:5", "ELASTIC_SIGNAL": "STOP", "TFRING_STALL_CHECK_TIME_SECONDS": "2",
+                          "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "5"}, job=TORCH_JOB)
+    rc, out = finish(proc)
+    assert rc == 0, out[-5000:]
+    assert "rank 2 (host h2), pid" in out and "no live rank shares its host: asking the launcher" in out, out[-5000:]
+    assert "ended (SIGKILL through ssh)" in out, out[-5000:]
+    assert "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]
+    frozen = json.load(open(tmp_path / "killed.json"))
+    finals = [torch.load(f) for f in sorted(glob.glob(str(tmp_path / "final.*.pt")))]
+    assert sorted(f["rank"] for f in finals) == [0, 1] and all(f["size"] == 2 for f in finals), out[-3000:]
+    for k, v in finals[0]["params"].items():  # identical on the survivors
+        assert torch.equal(v, finals[1]["params"][k]), k
+    resets = [json.loads(line)["t"] for f in glob.glob(str(tmp_path / "log.*.jsonl")) for line in open(f)
+              if json.loads(line)["event"] == "reset"]
+    print("recovery (freeze to reset callback): %.2f s" % (min(resets) - frozen["t"]))
+    assert min(resets) - frozen["t"] <= 5 + 5  # the stall deadline + 5 s (#45)
 
 
 def test_cut_link_drops_the_host_and_the_job_resumes_from_the_last_commit(hosts, tmp_path):  # noqa: F811

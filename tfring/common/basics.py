@@ -6,7 +6,7 @@ import ctypes
 from tfring.common import library as _lib
 from tfring.common import metrics_endpoint
 from tfring.common import process_sets as ps_mod
-from tfring.common.elastic import membership
+from tfring.common.elastic import ender, membership
 from tfring.common import topology as _topology
 from tfring.common.topology import *  # noqa: F401,F403 (rank, size, ...: Horovod has them beside init)
 from tfring.common.topology import is_initialized
@@ -73,6 +73,8 @@ def init(comm=None, process_sets=None):
         msg = err.value.decode()
         raise (ValueError if "process_sets" in msg else RuntimeError)(msg)
     ps_mod._assign_ids(process_sets)
+    if membership.enabled():
+        ender.install(c)  # a silent rank alone on its host is ended through the launcher
     if not _atexit_registered:
         atexit.register(shutdown)  # runs before mpi4py's MPI_Finalize
         _atexit_registered = True

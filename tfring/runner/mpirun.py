@@ -187,6 +187,16 @@ def rank_command(args):
     return command
 
 
+def ssh_args(args):
+    """The ssh options of the launches: -p PORT (--ssh-port), -i FILE (--ssh-identity-file)."""
+    out = []
+    if args.ssh_port:
+        out += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        out += ["-i", args.ssh_identity_file]
+    return out
+
+
 def plan(args, environ=None):
     """The mpirun command line and its environment for parsed args.
 
@@ -222,11 +232,7 @@ def plan(args, environ=None):
         cmd += nic_args(args.nics, [h for h, _ in hosts or []])
         if not any("/" in n for n in args.nics):  # NCCL takes names only, not subnets
             env.setdefault("NCCL_SOCKET_IFNAME", ",".join(args.nics))  # as horovodrun
-    ssh = []
-    if args.ssh_port:
-        ssh += ["-p", str(args.ssh_port)]
-    if args.ssh_identity_file:
-        ssh += ["-i", args.ssh_identity_file]
+    ssh = ssh_args(args)
     if ssh:
         cmd += ["--prtemca", "plm_ssh_args", " ".join(ssh)]
     env.update(knob_env(args))

@@ -8,6 +8,7 @@
 #include "env.h"
 #include "labels.h"
 #include "names.h"
+#include "ops/mpi/census.h"
 #include "runtime.h"
 #include "status.h"
 #include "types.h"
@@ -156,6 +157,8 @@ int tfring_tensor_names(const char* base, int count, char* out, int out_len) {
   std::memcpy(out, joined.c_str(), joined.size() + 1);
   return static_cast<int>(joined.size());
 }
+
+void tfring_set_end_silent_hook(void (*hook)(int rank, const char* host, int pid)) { tfring::SetEndSilentHook(hook); }
 
 void tfring_set_tensor_label(const char* name, const char* label) {
   if (name && label) tfring::SetTensorLabel(name, label);

@@ -52,6 +52,9 @@ void tfring_stop_timeline();
 const char* tfring_metrics();
 // A training step ended on this rank (rank 0's marks count the steps; without marks the monitor infers them).
 void tfring_mark_step();
+// Elastic jobs: how a rank that stopped responding with no live rank on its host gets ended (census.h): hook(its
+// rank, its host as the launcher names it, its pid), called on a thread of its own.
+void tfring_set_end_silent_hook(void (*hook)(int rank, const char* host, int pid));
 // Shows `label` next to collective `name` in stall reports (e.g. the variable behind a gradient).
 void tfring_set_tensor_label(const char* name, const char* label);
 // Names (names.h, the one rule): the next unnamed collective of kind `prefix` on the set, counted in `scope` (""

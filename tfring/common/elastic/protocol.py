@@ -10,10 +10,12 @@ capped the same way whichever launcher prints it.
   /reset  {"hosts", "slots", "reason"}    the members after a shrink or before a growth: each rank's host, in rank
                                           order, and (Spark/Ray) its slot index
   /log    {"message"}                     one line on the launcher's stderr
-  /exit   {"rank", "size", "code"}        a rank's status as it exits"""
+  /exit   {"rank", "size", "code"}        a rank's status as it exits
+  /end    {"rank", "host", "pid"}         end a rank that stopped responding with no live rank on its host (the
+                                          launcher checks that the process is one of this job's first)"""
 from tfring.common.signed_channel import BadRequest
 
-HOSTS, RESET, LOG, EXIT = "/hosts", "/reset", "/log", "/exit"
+HOSTS, RESET, LOG, EXIT, END = "/hosts", "/reset", "/log", "/exit", "/end"
 REASONS = ("failure", "grow")
 MAX_LOG_MESSAGE = 2000  # characters of a rank's /log line
 
@@ -81,3 +83,16 @@ def check_exit(payload):
     if not 0 <= rank < size:
         raise BadRequest("'rank' %d is outside [0, 'size' %d)" % (rank, size))
     return rank, size, code
+
+
+def end_request(rank, host, pid):
+    return {"rank": int(rank), "host": str(host), "pid": int(pid)}
+
+
+def check_end(payload):
+    """(rank, host, pid) of an /end request: a rank number, a host name (no spaces, not an option), a pid > 1."""
+    rank, pid, host = integer(payload, "rank"), integer(payload, "pid", minimum=2), payload.get("host")
+    if (not isinstance(host, str) or not host or host.startswith("-") or not host.isprintable()
+            or any(c.isspace() for c in host)):
+        raise BadRequest("'host' must be a host name, got %r" % (host,))
+    return rank, host, pid

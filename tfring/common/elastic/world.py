@@ -95,7 +95,8 @@ class _Deadline:
     (an MPI call cannot be interrupted any other way)."""
 
     def __init__(self, what, seconds):
-        self.what, self.seconds = what, seconds
+        # At least a minute: --elastic-timeout 0 (no wait for slots) must not end a reset that is under way.
+        self.what, self.seconds = what, max(seconds, 60)
 
     def __enter__(self):
         def expire():
@@ -266,7 +267,8 @@ def reset(failure):
         membership.count(ranks_added=sum(n for _, n in add))
     membership.set_base(comm)
     _forget_proposals()
-    basics.init(comm=comm)
+    with _Deadline("starting tfring on the new communicator", timeout()):
+        basics.init(comm=comm)
     if basics.rank() == 0:
         sys.stderr.write("tfring.elastic: reset (%s): %s -> %d ranks in %.2f s\n"
                          % (reason, old_size, basics.size(), time.time() - started))

@@ -24,10 +24,15 @@ class ElasticBook:
         say: callable(str) writing one line (default: `tfringrun: elastic: ...` on sys.stderr).
         forward: names of environment variables a rank passes on to the processes it spawns (a spawned process
             on another host starts from that host's daemon's environment, not mpirun's).
+
+    `ender` (set by the launcher that can): callable(host, pid) -> (ended, message) for `/end`.
     """
 
     def __init__(self, source, max_np=None, reset_limit=None, say=None, forward=()):
         self.source, self.max_np, self.reset_limit = source, max_np or None, reset_limit
+        # callable(host, pid) -> (ended, message): ends one of the job's processes on a host (tfringrun: ender.py);
+        # None: this launcher cannot, and /end says so.
+        self.ender = None
         self._say = say or (lambda m: sys.stderr.write("tfringrun: elastic: %s\n" % m))
         self.forward = sorted(forward)
         self.exits = ExitLedger()
@@ -90,6 +95,24 @@ class ElasticBook:
             self.source.lost(host)
             return self.resets
 
+    def end(self, payload):
+        """Handler of `/end`: a rank stopped responding and no live rank shares its host; the launcher ends it.
+
+        Args:
+            payload: {"rank", "host", "pid"} (protocol.check_end).
+
+        Returns:
+            dict: {"ok": whether it was ended, "message": what happened}.
+
+        Raises:
+            BadRequest: a missing or mistyped field.
+        """
+        rank, host, pid = protocol.check_end(payload)
+        ended, message = self.ender(host, pid) if self.ender else (False, "this launcher cannot end processes")
+        self._say("rank %d (host %s, pid %d) stopped responding and no live rank shares its host: %s" % (
+            rank, host, pid, message))
+        return {"ok": ended, "message": message}
+
     def log(self, payload):
         """Handler of `/log`: a rank's message, as one cleaned line (protocol.check_log)."""
         self._say(protocol.check_log(payload))
@@ -98,4 +121,4 @@ class ElasticBook:
     def handlers(self):
         """The server's handler table, {path: handler}."""
         return {protocol.HOSTS: self.hosts, protocol.RESET: self.reset, protocol.LOG: self.log,
-                protocol.EXIT: self.exits.record}
+                protocol.EXIT: self.exits.record, protocol.END: self.end}

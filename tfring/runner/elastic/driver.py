@@ -2,10 +2,11 @@
 available hosts (discovered minus blacklisted) and where the job's ranks are, starts `mpirun --with-ft ulfm` on
 enough of them, and answers the ranks over an authenticated HTTP channel (tfring.common.signed_channel): `/hosts` (the
 available hosts and the free slots the job may grow into), `/reset` (the job's placement after a failure or a
-growth: blacklisting is decided by discovered.DiscoveredHosts), `/log` (a rank's line on tfringrun's stderr) and
-`/exit` (each rank's status at exit, exits.py): the one elastic book (book.ElasticBook) the Spark/Ray elastic jobs
-serve too, on one listener per interface the hosts reach (listeners.py). The ranks
-shrink and grow the job themselves (ULFM shrink, MPI_Comm_spawn); this driver only keeps the books."""
+growth: blacklisting is decided by discovered.DiscoveredHosts), `/log` (a rank's line on tfringrun's stderr),
+`/exit` (each rank's status at exit, exits.py) and `/end` (a silent rank alone on its host: ender.py): the one
+elastic book (book.ElasticBook) the Spark/Ray elastic jobs serve too, on one listener per interface the hosts reach
+(listeners.py). The ranks shrink and grow the job themselves (ULFM shrink, MPI_Comm_spawn); this driver only keeps
+the books."""
 import functools
 import os
 import shlex
@@ -19,10 +20,11 @@ from tfring.common.signed_channel import new_secret
 from tfring.runner.elastic.book import ElasticBook
 from tfring.runner.elastic.discovered import DiscoveredHosts, choose_hosts
 from tfring.runner.elastic.discovery import Poller, run_discovery
+from tfring.runner.elastic.ender import end_rank
 from tfring.runner.elastic.hostnames import bind_address
 from tfring.runner.elastic.listeners import Listeners
 from tfring.runner.flags import DEFAULT_SLOTS, UsageError
-from tfring.runner.mpirun import elastic_timeout, host_list, plan_elastic
+from tfring.runner.mpirun import elastic_timeout, host_list, plan_elastic, ssh_args
 from tfring.runner.output import stamp
 from tfring.runner.supervise import run_command
 
@@ -155,6 +157,8 @@ def run_elastic(args, environ=None, stderr=None):
             say("cannot start the driver: %s" % e)
             return 1
         state_dir = tempfile.mkdtemp(prefix="tfring-elastic-")  # mode 0700: committed state for a restart
+        book.ender = functools.partial(end_rank, state_dir=state_dir, ssh=ssh_args(args),
+                                       known_hosts=lambda: [h for h, _ in hosts.refresh()])
         try:
             return _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr, say, timeout)
         finally:

@@ -26,6 +26,7 @@ std::vector<MPI_Comm> g_census_comms;
 // ping, and the second receive would then wait forever.
 std::mutex g_io_mu;
 std::atomic<int> g_census_seq{0};  // a late answer to an earlier census does not count for a later one
+std::atomic<EndSilentHook> g_end_hook{nullptr};
 
 void AnswerPingsLocked() {
   std::vector<MPI_Comm> comms;
@@ -110,12 +111,31 @@ std::string Describe(const MpiContext& ctx, const std::vector<int>& ranks) {
   return out.str();
 }
 
+void SetEndSilentHook(EndSilentHook hook) { g_end_hook = hook; }
+
 void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
+  auto answering = [&](int r) { return std::find(silent.begin(), silent.end(), r) == silent.end(); };
+  int lowest = -1;  // the lowest answering rank: it asks the launcher where no rank on the host can act
+  for (int r = 0; r < ctx.size && lowest < 0; ++r)
+    if (answering(r)) lowest = r;
   for (int s : silent) {
     if (s >= static_cast<int>(ctx.pid.size()) || s >= static_cast<int>(ctx.host_of.size())) continue;
     int ender = -1;  // the lowest answering rank on the silent rank's host
     for (int r = 0; r < ctx.size && ender < 0; ++r)
-      if (ctx.host_of[r] == ctx.host_of[s] && std::find(silent.begin(), silent.end(), r) == silent.end()) ender = r;
+      if (ctx.host_of[r] == ctx.host_of[s] && answering(r)) ender = r;
+    if (ender < 0 && lowest == ctx.rank) {
+      const EndSilentHook hook = g_end_hook;
+      TFR_LOG(TFR_WARNING, Describe(ctx, {s}) << ", pid " << ctx.pid[s] << " stopped responding and no live rank "
+                                              << "shares its host: "
+                                              << (hook ? "asking the launcher to end it"
+                                                       : "nothing here can end it (no elastic launcher)"));
+      const int world = s < static_cast<int>(ctx.world_rank.size()) ? ctx.world_rank[s] : s;
+      // On a thread of its own: a Python hook needs the GIL, which this waiting thread must never wait for.
+      if (hook)
+        std::thread([hook, world, host = ctx.host_name[s], pid = ctx.pid[s]] {
+          hook(world, host.c_str(), pid);
+        }).detach();
+    }
     if (ender != ctx.rank) continue;
     TFR_LOG(TFR_WARNING, "ending " << Describe(ctx, {s}) << ", pid " << ctx.pid[s]
                                    << ": it stopped responding; the elastic job goes on without it");

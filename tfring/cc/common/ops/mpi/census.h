@@ -23,8 +23,14 @@ std::vector<int> Census(const MpiContext& ctx);
 // "rank 2 (host h1)", "ranks 1 (host a), 3 (host b)": in tfring's global numbering.
 std::string Describe(const MpiContext& ctx, const std::vector<int>& ranks);
 // Elastic (ULFM): the lowest answering rank on each silent rank's host SIGKILLs it; MPI then reports it failed.
-// A silent rank with no live rank on its host is not ended (the wait then fails at the end of its grace).
+// A silent rank with no live rank on its host (its whole machine silent, or it ran alone there) is ended by the
+// launcher instead: the lowest answering rank calls the end hook (set by the elastic Python side, which asks the
+// launcher over its channel). Without a hook it is not ended, and the wait fails at the end of its grace.
 void EndSilent(const MpiContext& ctx, const std::vector<int>& silent);
+// hook(rank in tfring's global set, its host as the launcher names it, its pid), called on a thread of its own.
+// Null: none.
+typedef void (*EndSilentHook)(int rank, const char* host, int pid);
+void SetEndSilentHook(EndSilentHook hook);
 
 // One wait's deadlines (the stall settings): from the warning time on, a census at every warning interval names
 // the silent ranks (a warning); the last census before the shutdown time decides. Outside elastic mode the wait

@@ -167,9 +167,15 @@ Status MpiContext::Init(MPI_Comm base) {
   RegisterCensusComm(census_comm);
   world_rank.resize(size);
   for (int i = 0; i < size; ++i) world_rank[i] = i;  // CreateSubset maps a set's ranks to global ones
+  // Each host as the launcher names it (PRRTE's PMIX_HOSTNAME: what mpirun's host list says, and what the
+  // launcher can reach), else the machine's name.
   char name[MPI_MAX_PROCESSOR_NAME] = {0};
   int name_len = 0;
-  MPI_Get_processor_name(name, &name_len);
+  const char* launcher_name = getenv("PMIX_HOSTNAME");
+  if (launcher_name && *launcher_name)
+    snprintf(name, sizeof(name), "%s", launcher_name);
+  else
+    MPI_Get_processor_name(name, &name_len);
   std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
   TFR_CHECK_MPI(
       MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm));
