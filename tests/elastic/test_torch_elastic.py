@@ -154,7 +154,7 @@ def test_rank_frozen_inside_a_transfer_is_ended_and_the_survivors_go_on():
     # and the survivors redo the allreduce at np=2.
     rc, out = run_launcher(["-np", "3", "--min-np", "2", "python", os.path.join(ROOT, "tests", "monitor",
                                                                               "frozen_job.py"), "2", "data"],
-                           {"TFRING_STALL_CHECK_TIME_SECONDS": "2", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "5"})
+                           {"TFRING_STALL_CHECK_TIME_SECONDS": "1", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "3"})
     assert rc == 0, out[-5000:]
     assert "stopped responding: the data transfer of allreduce 'allreduce.big'" in out, out[-5000:]
     assert "ending rank 2 (host " in out and "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]

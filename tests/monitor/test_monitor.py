@@ -112,7 +112,7 @@ def test_a_rank_frozen_inside_a_transfer_ends_the_job_naming_it():
     # Rank 2 stops 0.3 s into a 384 MiB allreduce: the others are blocked in MPI, in the data transfer, where the
     # negotiation's polled waits do not reach. Before, they waited there forever; now a watch thread answers their
     # census, names rank 2 at the warning time and ends the job at the shutdown time (nothing returns the call).
-    env = dict(rank_env(), TFRING_STALL_CHECK_TIME_SECONDS="2", TFRING_STALL_SHUTDOWN_TIME_SECONDS="6")
+    env = dict(rank_env(), TFRING_STALL_CHECK_TIME_SECONDS="1", TFRING_STALL_SHUTDOWN_TIME_SECONDS="4")
     proc = subprocess.run([sys.executable, "-m", "tfring.runner", "-np", "3", sys.executable,
                            os.path.join(ROOT, "tests", "monitor", "frozen_job.py"), "2", "data"],
                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
@@ -125,4 +125,5 @@ def test_a_rank_frozen_inside_a_transfer_ends_the_job_naming_it():
     assert warned and failed, out[-5000:]
     # The first live rank to give up ends the job (MPI_Abort) 2 s later: both usually say why, one always does.
     assert {rank for rank, _ in failed} <= {"0", "1"}
-    assert all(6 <= int(waited) <= 6 + 5 for _, waited in failed), failed  # the deadline (+ 5 s, #45)
+    # Blocked in MPI, the waiting ranks spin a core each: the deadlines are short to keep the suite's CPU low.
+    assert all(4 <= int(waited) <= 4 + 5 for _, waited in failed), failed  # the deadline (+ 5 s, #45)
