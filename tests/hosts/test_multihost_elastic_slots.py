@@ -60,7 +60,7 @@ def hosts():
             time.sleep(1)
 
 
-def _train():
+def _train(training):
     import hashlib
     import os
     import socket
@@ -83,6 +83,7 @@ def _train():
             time.sleep(0.03)
             if state.step % 5 == 0:
                 state.commit()
+                open(training, "a").close()  # the test kills a slot only once the job trains (not during init)
     loop(state)
     return {"slot": os.environ.get("TFRING_SLOT_INDEX"), "host": socket.gethostname(), "size": hvd.size(),
             "rank": hvd.rank(), "state": hashlib.sha256(repr((state.step, state.sizes)).encode()).hexdigest(),
@@ -105,14 +106,19 @@ def test_shrink_then_grow_onto_a_new_host(hosts, tmp_path):
     try:
         slots_test._in_netns("h1", lambda: job.wait_ready(60))  # mpirun starts in h1's namespace
 
+        training = tmp_path / "training"
+
         def chaos():
-            time.sleep(8)
+            deadline = time.time() + 120  # under load the ranks may still import torch 8 s after the start
+            while not training.exists() and time.time() < deadline:
+                time.sleep(0.1)
+            time.sleep(1)
             os.kill(job.slots.slots[1]["pid"], signal.SIGKILL)
             time.sleep(3)
             procs.append(slot(4, "h3"))
             procs.append(slot(3, "h2"))
         threading.Thread(target=chaos, daemon=True).start()
-        res = job.call(_train, timeout=240)
+        res = job.call(_train, args=(str(training),), timeout=240)
         log = out.getvalue()[-3000:] + err.getvalue()[-6000:]
         assert sorted(r["slot"] for r in res) == ["0", "2", "3"], log
         assert [r["rank"] for r in res] == [0, 1, 2] and all(r["size"] == 3 for r in res), log
