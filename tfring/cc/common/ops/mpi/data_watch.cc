@@ -15,6 +15,14 @@ namespace {
 constexpr auto kTick = std::chrono::milliseconds(100);
 constexpr double kQuietSeconds = 0.1;
 
+// "the data transfer of allreduce 'grad_3' and 11 more": for the messages.
+std::string Describe(const Response& r) {
+  std::string s = std::string("the data transfer of ") + OpTypeName(r.op);
+  if (!r.names.empty()) s += " '" + r.names[0] + "'";
+  if (r.names.size() > 1) s += " and " + std::to_string(r.names.size() - 1) + " more";
+  return s;
+}
+
 }  // namespace
 
 void DataWatch::Start() {
@@ -38,12 +46,12 @@ void DataWatch::Stop() {
   running_ = false;
 }
 
-void DataWatch::Begin(std::string what) {
+void DataWatch::Begin(const Response& r) {
   std::lock_guard<std::mutex> lock(mu_);
   active_ = true;
   ++seq_;
   start_ = SteadySeconds();
-  what_ = std::move(what);
+  response_ = &r;
 }
 
 Status DataWatch::End(Status s) {
@@ -63,7 +71,7 @@ void DataWatch::Loop() {
     cv_.wait_for(lock, kTick);
     if (stop_ || !active_ || gave_up_ || SteadySeconds() - start_ < kQuietSeconds) continue;
     if (checking != seq_) {
-      check.reset(new SilenceCheck(ctx_, what_, start_));
+      check.reset(new SilenceCheck(ctx_, Describe(*response_), start_));
       checking = seq_;
     }
     lock.unlock();

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "../../message.h"
 #include "../../status.h"
 #include "mpi_context.h"
 
@@ -25,9 +26,9 @@ class DataWatch {
   // Starts the thread where the stall settings ask for deadlines and MPI allows a second calling thread.
   void Start();
   void Stop();
-  // Around each collective, on the background thread. End returns `s`, or the deadline's error where the watch
-  // gave up on this transfer.
-  void Begin(std::string what);
+  // Around each collective, on the background thread (`r` lives until End; no string is built unless the transfer
+  // lasts). End returns `s`, or the deadline's error where the watch gave up on this transfer.
+  void Begin(const Response& r);
   Status End(Status s);
 
  private:
@@ -39,7 +40,7 @@ class DataWatch {
   bool running_ = false, stop_ = false, active_ = false, gave_up_ = false;
   uint64_t seq_ = 0;  // the transfer in flight (a new SilenceCheck for each)
   double start_ = 0;
-  std::string what_;
+  const Response* response_ = nullptr;  // the transfer in flight, valid while active_
   Status failure_;
   std::thread thread_;
 };

@@ -81,7 +81,7 @@ class MpiBackend : public Backend {
   }
   Status Execute(const Response& r, const std::vector<TensorEntry*>& entries) override {
     if (r.op == OpType::JOIN) return Status::OK();
-    watch_.Begin(Describe(r));
+    watch_.Begin(r);
     return watch_.End(Dispatch(r, entries));
   }
   void Finalize() override {
@@ -98,13 +98,6 @@ class MpiBackend : public Backend {
   }
 
  private:
-  // "the data transfer of allreduce 'grad_3' and 11 more": for the data watch's messages.
-  static std::string Describe(const Response& r) {
-    std::string s = std::string("the data transfer of ") + OpTypeName(r.op);
-    if (!r.names.empty()) s += " '" + r.names[0] + "'";
-    if (r.names.size() > 1) s += " and " + std::to_string(r.names.size() - 1) + " more";
-    return s;
-  }
   Status Dispatch(const Response& r, const std::vector<TensorEntry*>& entries) {
     switch (r.op) {
       case OpType::ALLREDUCE:
