@@ -2,6 +2,9 @@
 (tfring.runner.elastic.book.ElasticBook) over either slot source, tfringrun's discovered hosts or a Spark/Ray job's
 registered slots: both take the requests the ranks build, refuse the same malformed ones with the same message,
 print a rank's /log line cleaned and capped alike, and answer /hosts with the same fields. In-process, no ranks."""
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -10,6 +13,7 @@ from tfring.common.elastic import protocol
 from tfring.common.signed_channel import BadRequest
 from tfring.runner.elastic.book import ElasticBook
 from tfring.runner.elastic.discovered import DiscoveredHosts
+from tfring.runner.elastic.ender import end_rank
 from tfring.runner.slots.registered import RegisteredSlots
 
 
@@ -72,11 +76,6 @@ def test_exit_reports_are_checked_alike():
 def test_end_kills_only_a_process_of_this_job(tmp_path):
     # tfringrun's /end (ender.py): a rank alone on its host that stopped responding is killed where its environment
     # names this job's state directory; any other process, and any host not the job's, is refused.
-    import os
-    import subprocess
-    import sys
-
-    from tfring.runner.elastic.ender import end_rank
     ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                             env=dict(os.environ, TFRING_ELASTIC_STATE_DIR=str(tmp_path)))
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
