@@ -19,7 +19,9 @@ import json
 import os
 import queue
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -73,7 +75,7 @@ def ranked(fn, args, kwargs):
 # the job's non-secret settings (the secret: the daemon's environment; the rest: the driver's /env).
 _FORWARD = (launch_env.ELASTIC, launch_env.ELASTIC_DRIVER, launch_env.ELASTIC_MIN_NP, launch_env.ELASTIC_MAX_NP,
             launch_env.ELASTIC_TIMEOUT, launch_env.ELASTIC_RESET_LIMIT, launch_env.ELASTIC_COMMAND,
-            launch_env.SLOT_DRIVER, COMMIT_DIR)
+            launch_env.SLOT_DRIVER, COMMIT_DIR, launch_env.ELASTIC_STATE_DIR, launch_env.ELASTIC_DISCOVERY)
 _NOTE = "(tfring rank %d)"
 _NOTE_RE = re.compile(r"^\(tfring rank (\d+)\)$", re.M)
 
@@ -126,8 +128,11 @@ class ElasticSlotJob(LockedWaits):
         self._cond = threading.Condition()
         local = local_host or ("tfring-driver" if os.environ.get(launch_env.SLOT_HOST_ID) else host_identity())
         self.slots = RegisteredSlots(self._cond, local, self._say)
+        self.slots.regrow = self._regrow
         self.book = ElasticBook(self.slots, max_np, reset_limit, self._say, forward=_FORWARD)
         self._exit = self._launch_error = None
+        self._relaunch, self._launches = None, 0  # why mpirun must start again, until it does; launches so far
+        self._state_dir = tempfile.mkdtemp(prefix="tfring-elastic-")  # mode 0700: the commits a relaunch resumes
         self._stopping = self._broken = False
         self._calls, self._results, self._seq = {}, {}, 0
         self._launch_thread, self._closed, self.launcher = None, threading.Event(), None
@@ -220,10 +225,19 @@ class ElasticSlotJob(LockedWaits):
         rc, error = p.get("rc"), p.get("error")
         if not isinstance(rc, int) or isinstance(rc, bool) or (error is not None and not isinstance(error, str)):
             raise BadRequest("rc/error: expected an integer and a string")
+        lost = p.get("lost_host") if isinstance(p.get("lost_host"), str) else None
         with self._cond:
-            if self._exit is None:
+            if p.get("launch", 0) != self._launches or self._exit is not None or self._relaunch is not None:
+                return {"ack": True}  # an earlier mpirun's report, or one already taken
+            if error is None and (rc < 0 or lost) and not self._stopping and not self._closed.is_set():
+                # As tfringrun: mpirun died of a signal (Open MPI 5.0.11's prterun can crash in a spawn across
+                # hosts, docs/elastic.md) or lost a host; the ranks are gone: start again from the last commit.
+                resets = self.book.lost(lost)
+                if self._reset_limit is None or resets <= self._reset_limit:
+                    self._relaunch = "lost host %s" % lost if lost else "mpirun died of signal %d" % -rc
+            if self._relaunch is None:
                 self._exit, self._launch_error = (rc, str(p.get("summary") or "")), error
-                self._cond.notify_all()
+            self._cond.notify_all()
         return {"ack": True}
 
     def _call(self, p):
@@ -336,7 +350,7 @@ class ElasticSlotJob(LockedWaits):
                                                name="tfring-elastic-mpirun")
         self._launch_thread.start()
 
-    def _spec(self, indexes, timeout):  # under the lock
+    def _spec(self, indexes, timeout, restart=False):  # under the lock
         hosts, ranks = self.slots.placement(indexes)
         self.slots.members = set(ranks)
         python = self._executable or sys.executable
@@ -348,18 +362,63 @@ class ElasticSlotJob(LockedWaits):
             launch_env.ELASTIC_MAX_NP: str(self.max_np or 0), launch_env.ELASTIC_TIMEOUT: str(int(self._timeout)),
             launch_env.ELASTIC_RESET_LIMIT: str(-1 if self._reset_limit is None else self._reset_limit),
             launch_env.ELASTIC_COMMAND: json.dumps([python, os.path.join(HERE, "rank.py")]),
-            launch_env.SLOT_ASSIGN: json.dumps(self.slots.assignment(ranks))})
+            launch_env.SLOT_ASSIGN: json.dumps(self.slots.assignment(ranks)),
+            # Slots may come from other hosts at any time: commits go to disk, for a relaunch to resume from.
+            launch_env.ELASTIC_STATE_DIR: self._state_dir, launch_env.ELASTIC_DISCOVERY: "1"})
+        if restart:
+            env[launch_env.ELASTIC_RESTART] = "1"
         networks = [self.slots.slots[i]["network"] for i in indexes]
         return {"np": len(ranks), "hosts": hosts, "networks": sorted(set(networks)) if all(networks) else None,
                 "env": env, "args": self._launch_args, "executable": python, "start_timeout": max(int(timeout), 10),
-                "mpirun": ["--with-ft", "ulfm", "--oversubscribe"]}
+                "mpirun": ["--with-ft", "ulfm", "--oversubscribe"], "launch": self._launches}
+
+    def _regrow(self, fresh):  # under the lock: rank 0's /hosts at a commit (on disk now), free slots on new hosts
+        if self._relaunch is None and self._exit is None and not self._stopping:
+            if self._reset_limit is not None and self.book.resets >= self._reset_limit:
+                return False
+            self.book.lost(None)
+            self._relaunch = "slot%s %s on host%s %s, which the job does not run on" % (
+                "s" if len(fresh) > 1 else "", ",".join(map(str, fresh)), "s" if len(fresh) > 1 else "",
+                ",".join(sorted({self.slots.slots[i]["host"] for i in fresh})))
+            self._cond.notify_all()
+        return self._relaunch is not None
 
     def _run_launcher(self, spec):
         # mpirun is this thread's child (it dies with the thread: PR_SET_PDEATHSIG), so the thread lives until close.
-        client = DriverClient(self.address, self.secret, timeout=10.0, name=SERVICE)
-        self.launcher = Launcher(client, spec, self.secret)
-        self._closed.wait()
-        self.launcher.stop()
+        while spec is not None:
+            client = DriverClient(self.address, self.secret, timeout=10.0, name=SERVICE)
+            self.launcher = Launcher(client, spec, self.secret)
+            with self._cond:
+                while self._relaunch is None and not self._closed.is_set():
+                    self._cond.wait(0.5)
+            self.launcher.stop()
+            spec = None if self._closed.is_set() else self._respec()
+
+    def _respec(self):
+        """The launch spec of a relaunch on the live slots (up to max_np), once min_np of them are live (at most
+        elastic_timeout s); None (the job ends) without them."""
+        deadline = time.monotonic() + self._timeout
+        with self._cond:
+            self._say("%s: starting the job again on the live slots from the last commit" % self._relaunch)
+            while len(self.slots.live()) < self.min_np and time.monotonic() < deadline and not self._closed.is_set():
+                self._cond.wait(0.5)
+            live = self.slots.live()
+            if len(live) < self.min_np or self._closed.is_set():
+                self._exit = (1, "%s, and only %d live slots within %d s (min_np %d)" % (
+                    self._relaunch, len(live), self._timeout, self.min_np))
+                self._relaunch = None
+                self._cond.notify_all()
+                return None
+            self._launches += 1
+            self._relaunch = None
+            self._results.clear()  # a call in flight starts again on the new ranks
+            self._asked.clear()
+            self._ranks.clear()
+            self.slots.launched = set()
+            spec = self._spec(live[:self.max_np or len(live)], self._start_timeout, restart=True)
+            self._launched_at = time.monotonic()
+            self._cond.notify_all()
+            return spec
 
     def call(self, fn, args=(), kwargs=None, alive=None, timeout=None):
         """Runs fn(*args, **kwargs) on every rank (an elastic function: tfring.*.elastic.run); returns the values of
@@ -430,4 +489,5 @@ class ElasticSlotJob(LockedWaits):
         self._server.stop()
         self._elastic.stop()
         self._reports.put(None)
+        shutil.rmtree(self._state_dir, ignore_errors=True)
 

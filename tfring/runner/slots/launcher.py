@@ -12,7 +12,7 @@ from tfring.common import launch_env
 from tfring.common.signed_channel import ProtocolError
 from tfring.runner.launch import parse
 from tfring.runner.mpirun import plan
-from tfring.runner.output import Relay, failure_summary
+from tfring.runner.output import Relay, failure_summary, lost_host
 from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.net import route_address
 from tfring.runner.slots.service import LOCAL_HOST
@@ -72,13 +72,15 @@ class Launcher:
 
     def __init__(self, client, spec, secret):
         self.client, self.rc, self.proc = client, None, None
+        self.launch = spec.get("launch", 0)  # which of the driver's launches this is (reports of old ones are old)
         self.report = None  # {"rc", "summary"[, "error"]} once mpirun exited or failed to start
         self.acked = threading.Event()  # the driver has the report (from /exit or a status reply)
         self.closed = threading.Event()
         try:
             self._start(spec, secret)
         except (Exception, SystemExit) as e:  # argparse's usage errors are SystemExit
-            self.report = {"rc": LAUNCH_FAILED, "summary": "", "error": "%s: %s" % (type(e).__name__, e)}
+            self.report = {"rc": LAUNCH_FAILED, "summary": "", "error": "%s: %s" % (type(e).__name__, e),
+                           "launch": self.launch}
             threading.Thread(target=self._post_exit, daemon=True).start()
 
     def command(self, spec, secret):
@@ -152,7 +154,8 @@ class Launcher:
         else:
             summary = failure_summary(rc, self.relay.untagged) if rc else ""
         self.rc = rc
-        self.report = {"rc": rc, "summary": summary}
+        self.report = {"rc": rc, "summary": summary, "lost_host": lost_host(self.relay.untagged),
+                       "launch": self.launch}
         self._post_exit()
 
     def _post_exit(self):

@@ -38,6 +38,7 @@ class RegisteredSlots:
         self.launched = set()  # mpirun host names the job runs on
         self.unreachable = set()  # host names of slots not offered (said once)
         self.local_anchor = [os.getpid(), start_time(os.getpid())]  # mpirun runs in this process
+        self.regrow = None  # callable(slot indexes on hosts the job does not run on) -> whether the job starts again
 
     # -- slots --
 
@@ -146,10 +147,24 @@ class RegisteredSlots:
     def describe(self):
         return {}
 
+    def lost(self, host):
+        """mpirun lost `host` (its name there) and ended the job, or died itself (None): the host's slots are held
+        out of the relaunch as silent until they are heard from again."""
+        for slot in self.slots.values():
+            if host is not None and not slot["dead"] and self.name(slot["host"]) == host:
+                slot["dead"] = "silent"
+
     def offer(self, room):
         """The live slots without a rank, at most `room`, as growth mpirun can spawn ([[host, n]]), and which slot
         each process spawned there belongs to ({host: {"anchor", "slots" in local rank order, "new"}})."""
-        free = [i for i in self.live(OFFER_SILENCE) if i not in self.members and self._known(i)]
+        free = [i for i in self.live(OFFER_SILENCE) if i not in self.members]
+        fresh = [i for i in free if not self._known(i)]
+        if fresh and room >= 1:
+            if self.regrow is not None and self.regrow(fresh):
+                return [], {}  # the job starts again on every live slot, these included
+            for index in fresh:
+                self._not_used(index)
+        free = [i for i in free if i not in fresh]
         assign = self.assignment(free if room == float("inf") else free[:max(0, int(room))])
         for name in assign:  # PMIX_ADD_HOST only for a host the job does not run on yet
             assign[name]["new"] = name not in self.launched
@@ -158,15 +173,16 @@ class RegisteredSlots:
     def _known(self, index):
         """Whether a slot's host already runs the job (or is mpirun's own): Open MPI 5.0.11 fails a spawn onto a
         host added through the slot agent (PMIX_ERROR in pmix_server_dyn.c, then a lost daemon, on emulated
-        hosts), so a slot on a new host is not offered (once said) instead of ending the job."""
+        hosts), so a slot on a new host is never offered for a spawn: the job starts again on it (`regrow`)."""
         name = self.name(self.slots[index]["host"])
-        if name == LOCAL_HOST or name in self.launched:
-            return True
+        return name == LOCAL_HOST or name in self.launched
+
+    def _not_used(self, index):  # a slot on a new host while the job cannot start again (said once per host)
+        name = self.name(self.slots[index]["host"])
         if name not in self.unreachable:
             self.unreachable.add(name)
             self.say("slot %d is on a host the job does not run on (%s): not used (Open MPI cannot add a host to a "
-                     "running slot job)" % (index, self.slots[index]["host"]))
-        return False
+                     "running slot job, and this one cannot start again)" % (index, self.slots[index]["host"]))
 
     def record(self, reason, hosts, slots, resets):
         """Rank 0's report of the job's slots after a shrink or before a spawn."""
