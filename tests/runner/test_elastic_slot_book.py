@@ -142,7 +142,7 @@ def test_a_slot_on_a_host_the_job_does_not_run_on_is_not_offered():
 
 def test_horovods_deprecated_size_names_warn_and_take_their_place():
     # The Spark and Ray elastic APIs both take min_np / max_np through this one function.
-    from tfring.runner.slots.elastic_job import renamed_sizes
+    from tfring.runner.slots.elastic_calls import renamed_sizes
     with pytest.warns(DeprecationWarning, match="min_np is deprecated, use min_num_proc instead"):
         assert renamed_sizes(None, None, 2, None, stacklevel=1) == (2, None)
     with pytest.warns(DeprecationWarning, match="max_np is deprecated, use max_num_proc instead"):

@@ -16,7 +16,7 @@ import threading
 import time
 
 from tfring.ray.worker import MAX_CONCURRENCY, SlotWorker
-from tfring.runner.slots.elastic_job import renamed_sizes
+from tfring.runner.slots.elastic_calls import renamed_sizes
 
 SYNC_PERIOD = 1.0  # seconds between two looks at the discovery and the actors
 

@@ -10,7 +10,7 @@ import threading
 import uuid
 
 from tfring.common import launch_env
-from tfring.runner.slots.elastic_job import renamed_sizes
+from tfring.runner.slots.elastic_calls import renamed_sizes
 from tfring.spark.runner import (STOP_GRACE, _driver_address, _end_jobs, _launch_args, seconds_setting,
                                  shared_docs, start_timeout_of)
 

@@ -13,18 +13,19 @@ hosts ranks, so losing any slot, rank 0's included, is a process failure the sur
 second (tfring.common.elastic: roll back to the last commit, no process restarted). Each rank dies with its slot
 (the watchdog of rank.py; the slot of each rank is assigned here, `TFRING_SLOT_ASSIGN`). A slot that registers
 while the job runs is offered to rank 0 (`/hosts`), which spawns a rank onto it (`MPI_Comm_spawn`) at the next
-commit. What is not survived: losing the driver, or a machine other than the driver's losing the slot that runs
-its PRRTE daemon (Open MPI ends the job when it loses a daemon; docs/elastic.md)."""
+commit; a slot on a host the job does not run on (Open MPI 5.0.11 cannot add one to a running job) makes the driver
+start the job again on every live slot at that commit. Commits also go to disk (each host's first rank, into this
+driver's private directory), so when mpirun dies, loses a host, or its ranks die while a call runs, mpirun starts
+again on the live slots and the ranks resume from the last commit (never twice in a row without a commit between).
+What is not survived: losing the driver (docs/elastic.md)."""
 import json
 import os
 import queue
-import re
 import shutil
 import sys
 import tempfile
 import threading
 import time
-import warnings
 
 from tfring.common import launch_env
 from tfring.common.signed_channel import BadRequest, DriverClient, new_secret
@@ -32,6 +33,7 @@ from tfring.common.signed_server import DriverServer
 from tfring.common.elastic.protocol import integer as _int
 from tfring.common.elastic.checkpoint import COMMIT_DIR
 from tfring.runner.elastic.book import ElasticBook
+from tfring.runner.slots.elastic_calls import NOTE_RE, ranked
 from tfring.runner.slots.registered import RegisteredSlots
 from tfring.runner.slots.job import LaunchError, RankError
 from tfring.runner.slots.launcher import HERE, Launcher
@@ -44,40 +46,11 @@ from tfring.runner.slots.wire import MAX_BODY, SERVICE, decode, encode, network_
 SLOT_SILENCE = 30.0  # seconds without a slot's status poll (every second) before it counts as dead
 
 
-def renamed_sizes(min_num_proc, max_num_proc, min_np, max_np, stacklevel):
-    """(min_num_proc, max_num_proc), taking Horovod's deprecated min_np / max_np (a DeprecationWarning each, pointing
-    `stacklevel` frames up: the user's call) in their place, as the Spark and Ray elastic APIs both accept them."""
-    for old, value in (("min_np", min_np), ("max_np", max_np)):
-        if value is not None:
-            warnings.warn("%s is deprecated, use %s instead" % (old, old.replace("np", "num_proc")),
-                          DeprecationWarning, stacklevel=stacklevel + 1)
-    return (min_num_proc if min_np is None else min_np), (max_num_proc if max_np is None else max_np)
-
-
-def _rank():
-    from tfring.common import basics
-    return basics.rank() if basics.is_initialized() else None
-
-
-def ranked(fn, args, kwargs):
-    """What every rank runs: fn's value with the rank that returned it (ranks are renumbered by resets); an
-    exception carries the rank in a note (the driver's RankError names it)."""
-    try:
-        value = fn(*args, **kwargs)
-    except BaseException as e:
-        if _rank() is not None:
-            e.add_note(_NOTE % _rank())
-        raise
-    return _rank(), value
-
-
 # What a rank spawned on another host must be told (it starts from that host's daemon's environment, not mpirun's):
 # the job's non-secret settings (the secret: the daemon's environment; the rest: the driver's /env).
 _FORWARD = (launch_env.ELASTIC, launch_env.ELASTIC_DRIVER, launch_env.ELASTIC_MIN_NP, launch_env.ELASTIC_MAX_NP,
             launch_env.ELASTIC_TIMEOUT, launch_env.ELASTIC_RESET_LIMIT, launch_env.ELASTIC_COMMAND,
             launch_env.SLOT_DRIVER, COMMIT_DIR, launch_env.ELASTIC_STATE_DIR, launch_env.ELASTIC_DISCOVERY)
-_NOTE = "(tfring rank %d)"
-_NOTE_RE = re.compile(r"^\(tfring rank (\d+)\)$", re.M)
 
 
 class ElasticSlotJob(LockedWaits):
@@ -132,6 +105,9 @@ class ElasticSlotJob(LockedWaits):
         self.book = ElasticBook(self.slots, max_np, reset_limit, self._say, forward=_FORWARD)
         self._exit = self._launch_error = None
         self._relaunch, self._launches = None, 0  # why mpirun must start again, until it does; launches so far
+        # /hosts requests (rank 0 makes one at each commit): a relaunch needs one since the last, save the first
+        # after a fault that is Open MPI's own (a signal, a lost host): a job crashing at start is not relaunched.
+        self._commits, self._commits_at_launch, self._idle_relaunch = 0, 0, False
         self._state_dir = tempfile.mkdtemp(prefix="tfring-elastic-")  # mode 0700: the commits a relaunch resumes
         self._stopping = self._broken = False
         self._calls, self._results, self._seq = {}, {}, 0
@@ -146,7 +122,8 @@ class ElasticSlotJob(LockedWaits):
         self._ranks = {}  # slot index -> [pid, start time] of its rank, when it runs on this machine's host
         self._asked = set()  # slots whose rank asked for a call
         self._launched_at = None
-        self._elastic = DriverServer(bind_host, self.secret, dict(self.book.handlers(), **{"/report": self._report}),
+        self._elastic = DriverServer(bind_host, self.secret, dict(self.book.handlers(), **{
+            "/report": self._report, "/hosts": self._hosts}),
                                      log=log, clients=clients)
 
     @property
@@ -229,16 +206,32 @@ class ElasticSlotJob(LockedWaits):
         with self._cond:
             if p.get("launch", 0) != self._launches or self._exit is not None or self._relaunch is not None:
                 return {"ack": True}  # an earlier mpirun's report, or one already taken
-            if error is None and (rc < 0 or lost) and not self._stopping and not self._closed.is_set():
-                # As tfringrun: mpirun died of a signal (Open MPI 5.0.11's prterun can crash in a spawn across
-                # hosts, docs/elastic.md) or lost a host; the ranks are gone: start again from the last commit.
+            if error is None and rc != 0 and self._relaunchable(rc < 0 or lost):
+                # mpirun died (Open MPI 5.0.11's prterun can crash in a spawn across hosts, docs/elastic.md), lost
+                # a host, or its ranks died (a segfault inside ULFM's shrink): start again from the last commit.
                 resets = self.book.lost(lost)
                 if self._reset_limit is None or resets <= self._reset_limit:
-                    self._relaunch = "lost host %s" % lost if lost else "mpirun died of signal %d" % -rc
+                    self._relaunch = "lost host %s" % lost if lost else "mpirun died of signal %d" % -rc if rc < 0 \
+                        else "mpirun exited with code %d while the ranks ran" % rc
             if self._relaunch is None:
                 self._exit, self._launch_error = (rc, str(p.get("summary") or "")), error
             self._cond.notify_all()
         return {"ack": True}
+
+    def _relaunchable(self, open_mpis_fault):  # under the lock: mpirun ended with a call in flight, none failed
+        in_flight = bool(self._calls) and all(ok for got in self._results.values() for ok, _ in got.values())
+        if not in_flight or self._stopping or self._closed.is_set():
+            return False
+        progress = self._commits > self._commits_at_launch
+        if not progress and (not open_mpis_fault or self._idle_relaunch):
+            return False
+        self._idle_relaunch = not progress
+        return True
+
+    def _hosts(self, p):  # rank 0 at a commit
+        with self._cond:
+            self._commits += 1
+        return self.book.hosts(p)
 
     def _call(self, p):
         after, slot = _int(p, "after"), _int(p, "rank")
@@ -410,7 +403,7 @@ class ElasticSlotJob(LockedWaits):
                 self._cond.notify_all()
                 return None
             self._launches += 1
-            self._relaunch = None
+            self._relaunch, self._commits_at_launch = None, self._commits
             self._results.clear()  # a call in flight starts again on the new ranks
             self._asked.clear()
             self._ranks.clear()
@@ -466,7 +459,7 @@ class ElasticSlotJob(LockedWaits):
         if state["failed"]:
             self._broken = True
             slot = state["failed"][0]
-            found = _NOTE_RE.search(got[slot][1])
+            found = NOTE_RE.search(got[slot][1])
             raise RankError(int(found.group(1)) if found else -1, got[slot][1], self.who)
         values = sorted((decode(v) for ok, v in got.values()), key=lambda rv: (rv[0] is None, rv[0] or 0))
         return [value for _, value in values]
