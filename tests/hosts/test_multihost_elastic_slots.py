@@ -15,6 +15,7 @@ import threading
 import time
 
 import cloudpickle
+import psutil
 import pytest
 
 pytest.importorskip("torch", reason="torch is not installed: the ranks of this test use tfring.torch")
@@ -61,7 +62,7 @@ def hosts():
             time.sleep(1)
 
 
-def _train(training):
+def _train(training, final):
     import hashlib
     import os
     import socket
@@ -75,8 +76,8 @@ def _train(training):
 
     @hvd.elastic.run
     def loop(state):
-        # Until the job is at 4 ranks for 40 steps after it shrank (at most 1500 steps).
-        while state.step < 1500 and not (len(state.sizes) > 40 and state.sizes[-40:] == [4] * 40
+        # Until the job is at `final` ranks for 40 steps after it shrank (at most 1500 steps).
+        while state.step < 1500 and not (len(state.sizes) > 40 and state.sizes[-40:] == [final] * 40
                                          and 2 in state.sizes):
             total = float(hvd.allreduce(torch.ones(1), op=hvd.Sum, name="count"))
             state.sizes.append(int(total))
@@ -91,36 +92,61 @@ def _train(training):
             "sizes": sorted(set(state.sizes))}
 
 
+class _Job:
+    """An elastic slot job whose driver and mpirun run in h1's namespace; slot(index, host) starts a slot process."""
+
+    def __init__(self, tmp_path, max_np, env=None):
+        self.out, self.err = io.StringIO(), io.StringIO()
+        address = "%s.%d" % (NETNS_ENV["NETNS_HOSTS_SUBNET"], 11)
+        self.job = slots_test._in_netns("h1", lambda: ElasticSlotJob(
+            3, 2, max_np, address, env=dict(rank_env(), **(env or {})), stdout=self.out, stderr=self.err,
+            local_host="h1").start())
+        self.script = tmp_path / "slot.py"
+        self.script.write_text(SLOT)
+        self.env = dict(rank_env(), TEST_SLOT_SECRET=self.job.secret, **NETNS_ENV)
+        self.procs = []
+        self.training = tmp_path / "training"
+
+    def slot(self, index, host):
+        self.procs.append(subprocess.Popen(
+            NH + ["exec", host, sys.executable, str(self.script), self.job.address, str(index), host],
+            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        return self.procs[-1]
+
+    def trains(self):
+        deadline = time.time() + 120  # under load the ranks may still import torch 8 s after the start
+        while not self.training.exists() and time.time() < deadline:
+            time.sleep(0.1)
+
+    def log(self):
+        return self.out.getvalue()[-3000:] + self.err.getvalue()[-6000:]
+
+    def close(self):
+        sys.stdout.write(self.out.getvalue()[-3000:] + self.err.getvalue()[-20000:])
+        self.job.stop(10)
+        self.job.close()
+        for proc in self.procs:
+            proc.kill()
+            proc.wait(20)
+
+
 def test_shrink_then_grow_onto_a_new_host(hosts, tmp_path):
-    out, err = io.StringIO(), io.StringIO()
-    address = "%s.%d" % (NETNS_ENV["NETNS_HOSTS_SUBNET"], 11)
-    job = slots_test._in_netns("h1", lambda: ElasticSlotJob(
-        3, 2, 4, address, env=rank_env(), stdout=out, stderr=err, local_host="h1").start())
-    script = tmp_path / "slot.py"
-    script.write_text(SLOT)
-    env = dict(rank_env(), TEST_SLOT_SECRET=job.secret, **NETNS_ENV)
-
-    def slot(index, host):
-        return subprocess.Popen(NH + ["exec", host, sys.executable, str(script), job.address, str(index), host],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    procs = [slot(0, "h1"), slot(1, "h1"), slot(2, "h2")]
+    t = _Job(tmp_path, 4)
     try:
-        slots_test._in_netns("h1", lambda: job.wait_ready(60))  # mpirun starts in h1's namespace
-
-        training = tmp_path / "training"
+        for index, host in ((0, "h1"), (1, "h1"), (2, "h2")):
+            t.slot(index, host)
+        slots_test._in_netns("h1", lambda: t.job.wait_ready(60))  # mpirun starts in h1's namespace
 
         def chaos():
-            deadline = time.time() + 120  # under load the ranks may still import torch 8 s after the start
-            while not training.exists() and time.time() < deadline:
-                time.sleep(0.1)
+            t.trains()
             time.sleep(1)
-            os.kill(job.slots.slots[1]["pid"], signal.SIGKILL)
+            os.kill(t.job.slots.slots[1]["pid"], signal.SIGKILL)
             time.sleep(3)
-            procs.append(slot(4, "h3"))
-            procs.append(slot(3, "h2"))
+            t.slot(4, "h3")
+            t.slot(3, "h2")
         threading.Thread(target=chaos, daemon=True).start()
-        res = job.call(_train, args=(str(training),), timeout=240)
-        log = out.getvalue()[-3000:] + err.getvalue()[-6000:]
+        res = t.job.call(_train, args=(str(t.training), 4), timeout=240)
+        log = t.log()
         assert sorted(r["slot"] for r in res) == ["0", "2", "3", "4"], log
         assert [r["rank"] for r in res] == [0, 1, 2, 3] and all(r["size"] == 4 for r in res), log
         assert len({r["state"] for r in res}) == 1, log  # the newcomers received the committed state
@@ -128,11 +154,70 @@ def test_shrink_then_grow_onto_a_new_host(hosts, tmp_path):
         assert (hosts["2"], hosts["3"], hosts["4"]) == ("h2", "h2", "h3"), hosts
         assert "on host h3, which the job does not run on: starting the job again on the live slots" in log, log
         assert res[0]["sizes"][-1] == 4 and 2 in res[0]["sizes"], res[0]
-        assert job.book.reasons[0][1] == "failure", job.book.reasons
+        assert t.job.book.reasons[0][1] == "failure", t.job.book.reasons
     finally:
-        sys.stdout.write(out.getvalue()[-3000:] + err.getvalue()[-20000:])
-        job.stop(10)
-        job.close()
-        for proc in procs:
-            proc.kill()
-            proc.wait(20)
+        t.close()
+
+
+def _frozen_job(tmp_path):  # stall deadlines 1 s / 3 s
+    return _Job(tmp_path, 3, {"TFRING_STALL_CHECK_TIME_SECONDS": "1", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "3"})
+
+
+def _freeze_and_train(t, what):
+    """Slots 0, 1 on h1 and 2 on h2; once the job trains, SIGSTOPs the rank on h2 (what: "rank") or every process
+    of slot 2 (what: "host": slot, daemon and rank, as a machine that froze); returns the call's results and the
+    freeze time."""
+    for index, host in ((0, "h1"), (1, "h1"), (2, "h2")):
+        t.slot(index, host)
+    slots_test._in_netns("h1", lambda: t.job.wait_ready(60))
+    frozen = {}
+
+    def freeze():
+        t.trains()
+        time.sleep(1)
+        top = psutil.Process(t.procs[2].pid)
+        below = top.children(recursive=True)
+        victims = [top] + below if what == "host" else [p for p in below
+                                                        if any(a.endswith("rank.py") for a in p.cmdline())]
+        frozen["t"] = time.time()
+        for p in victims:
+            p.send_signal(signal.SIGSTOP)
+    threading.Thread(target=freeze, daemon=True).start()
+    return t.job.call(_train, args=(str(t.training), 3 if what == "rank" else 2), timeout=240), frozen
+
+
+def test_frozen_rank_alone_on_its_host_is_ended_through_its_slot(hosts, tmp_path):
+    # The rank on h2 is SIGSTOPped: the survivors name it at 1 s and at 3 s ask the driver to end it (no live rank
+    # shares its host); slot 2, which runs h2's daemon, SIGKILLs it; the job shrinks, then takes slot 2 back by
+    # starting again from the commit (no rank of the job is left on h2: a spawn there fails in Open MPI 5.0.11).
+    t = _frozen_job(tmp_path)
+    try:
+        res, frozen = _freeze_and_train(t, "rank")
+        log = t.log()
+        assert "stopped responding and no live rank shares its host: ended (SIGKILL through slot 2)" in log, log
+        assert sorted(r["slot"] for r in res) == ["0", "1", "2"] and all(r["size"] == 3 for r in res), log
+        assert len({r["state"] for r in res}) == 1, log
+        assert "slot 2 on host h2, which the job does not run on: starting the job again" in log, log
+        reasons = t.job.book.reasons  # the ranks' /reset reports: the shrink (the survivors went on in place)
+        assert reasons and reasons[0][1] == "failure" and reasons[0][2] == 2, reasons
+        print("freeze to the failure reset: %.1f s" % (reasons[0][0] - frozen["t"]))
+        assert reasons[0][0] - frozen["t"] <= 3 + 5, reasons  # the stall deadline + 5 s (#45)
+    finally:
+        t.close()
+
+
+def test_frozen_host_is_left_out_and_the_job_starts_again_without_it(hosts, tmp_path):
+    # Slot 2 cannot carry out the driver's order either (its whole machine froze): after 5 s the driver holds h2's
+    # slots out and starts the job again on h1's from the last commit.
+    t = _frozen_job(tmp_path)
+    try:
+        res, _ = _freeze_and_train(t, "host")
+        log = t.log()
+        assert "slot 2 did not answer within 5 s: the job starts again without host h2" in log, log
+        assert "host h2 stopped responding (slot 2 did not answer within 5 s): starting the job again" in log, log
+        assert sorted(r["slot"] for r in res) == ["0", "1"] and all(r["size"] == 2 for r in res), log
+        assert len({r["state"] for r in res}) == 1, log
+    finally:
+        for p in psutil.Process(t.procs[2].pid).children(recursive=True) if t.procs[2:] else []:
+            p.kill()  # SIGKILL ends a stopped process too
+        t.close()

@@ -42,18 +42,18 @@ def test_placement_puts_the_driver_host_first_and_names_others():
 
 def test_growth_offers_free_live_slots_with_their_assignment():
     slots, book, _ = _book()
-    for i, host in enumerate(["driver-host", "driver-host", "other", "driver-host"]):
+    for i, host in enumerate(["driver-host", "driver-host", "other", "driver-host", "other"]):
         slots.register(i, _slot(host, "a%d" % i, 100 + i))
-    slots.placement([0, 2])  # the job runs on both hosts
-    slots.members = {0}
+    slots.placement([0, 4])  # the job runs on both hosts
+    slots.members = {0, 4}
     reply = book.hosts({"rank": 0})
     # grouped by host in first-seen order: mpirun fills the spawn's hosts in that order
     assert reply["add"] == [["localhost", 2], ["tfring-slot-host-2", 1]]
     assign = reply["assign"]
     assert [e[0] for h in ("localhost", "tfring-slot-host-2") for e in assign[h]["slots"]] == [1, 3, 2]
-    assert assign["localhost"]["slots"][0] == [1, 101, "s101"] and reply["size"] == 1
+    assert assign["localhost"]["slots"][0] == [1, 101, "s101"] and reply["size"] == 2
     # each host's anchor: this process (mpirun runs here) for localhost, else the slot running its daemon
-    assert assign["localhost"]["anchor"][0] == os.getpid() and assign["tfring-slot-host-2"]["anchor"] == [102, "s102"]
+    assert assign["localhost"]["anchor"][0] == os.getpid() and assign["tfring-slot-host-2"]["anchor"] == [104, "s104"]
 
 
 def test_growth_is_capped_by_max_np_and_skips_silent_or_dead_slots():
@@ -138,6 +138,20 @@ def test_a_slot_on_a_host_the_job_does_not_run_on_is_not_offered():
     slots.members = {0}
     assert book.hosts({"rank": 0})["add"] == [] and book.hosts({"rank": 0})["add"] == []
     assert sum("does not run on" in line for line in lines) == 1  # said once
+
+
+def test_a_host_where_no_rank_is_left_is_new_and_the_job_starts_again_for_it():
+    # Its daemon forgot the job (a spawn there fails in Open MPI 5.0.11): the slot is taken by a restart, not a spawn.
+    slots, book, lines = _book()
+    slots.register(0, _slot("driver-host", "a0", 1))
+    slots.register(1, _slot("other", "a1", 2))
+    slots.placement([0, 1])
+    slots.members = {0}  # the rank on "other" was lost
+    asked = []
+    slots.regrow = lambda fresh: asked.append(fresh) or True
+    assert book.hosts({"rank": 0})["add"] == [] and asked == [[1]]
+    slots.regrow = lambda fresh: False  # a job that cannot start again (reset_limit): said once, not used
+    assert book.hosts({"rank": 0})["add"] == [] and sum("does not run on" in line for line in lines) == 1
 
 
 def test_horovods_deprecated_size_names_warn_and_take_their_place():

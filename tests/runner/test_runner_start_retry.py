@@ -94,7 +94,7 @@ def test_a_slot_jobs_start_failure_is_retried_once_and_said(tmp_path):
     # waited for the deadline first, and a Ray job's driver gave up at 120 s: a red CI run).
     cmd, count = launcher(tmp_path, "cat $PMIX >&2; exit 213")
     driver = slot_launch(cmd, start_deadline=600)
-    assert driver.exits == [("/exit", {"rc": 0, "summary": ""})], driver.output
+    assert driver.exits == [("/exit", {"rc": 0, "summary": "", "lost_host": None, "launch": 0})], driver.output
     assert count.read_text().count("x") == 2
     assert driver.output["stderr"].count("tfring: Open MPI failed before starting any rank") == 1, driver.output
     assert "[0]<stdout>:trained" in driver.output["stdout"]

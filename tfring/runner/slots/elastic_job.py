@@ -28,15 +28,17 @@ import threading
 import time
 
 from tfring.common import launch_env
-from tfring.common.signed_channel import BadRequest, DriverClient, new_secret
+from tfring.common.signed_channel import BadRequest, new_secret
 from tfring.common.signed_server import DriverServer
 from tfring.common.elastic.protocol import integer as _int
 from tfring.common.elastic.checkpoint import COMMIT_DIR
 from tfring.runner.elastic.book import ElasticBook
 from tfring.runner.slots.elastic_calls import NOTE_RE, ranked
 from tfring.runner.slots.registered import RegisteredSlots
+from tfring.runner.slots.relaunch import Relaunching
+from tfring.runner.slots.slot_ender import SlotEnder
 from tfring.runner.slots.job import LaunchError, RankError
-from tfring.runner.slots.launcher import HERE, Launcher
+from tfring.runner.slots.launcher import HERE
 from tfring.runner.env import forwarded
 from tfring.runner.processes import alive
 from tfring.runner.slots.net import host_identity
@@ -53,7 +55,7 @@ _FORWARD = (launch_env.ELASTIC, launch_env.ELASTIC_DRIVER, launch_env.ELASTIC_MI
             launch_env.SLOT_DRIVER, COMMIT_DIR, launch_env.ELASTIC_STATE_DIR, launch_env.ELASTIC_DISCOVERY)
 
 
-class ElasticSlotJob(LockedWaits):
+class ElasticSlotJob(Relaunching, LockedWaits):
     """The driver of an elastic slot job: the slots' service, the elastic ranks' channel, mpirun, the calls.
 
     Args:
@@ -103,6 +105,7 @@ class ElasticSlotJob(LockedWaits):
         self.slots = RegisteredSlots(self._cond, local, self._say)
         self.slots.regrow = self._regrow
         self.book = ElasticBook(self.slots, max_np, reset_limit, self._say, forward=_FORWARD)
+        self.book.ender = self.ender = SlotEnder(self._cond, self.slots, self._start_again)
         self._exit = self._launch_error = None
         self._relaunch, self._launches = None, 0  # why mpirun must start again, until it does; launches so far
         # /hosts requests (rank 0 makes one at each commit): a relaunch needs one since the last, save the first
@@ -187,7 +190,12 @@ class ElasticSlotJob(LockedWaits):
                 slot["dead"] = False
             if slot is not None and not slot["dead"]:
                 slot["seen"] = time.monotonic()
-            return {"stop": self._stopping or slot is None or bool(slot["dead"])}
+            self.ender.heard(p.get("ended"))
+            reply = {"stop": self._stopping or slot is None or bool(slot["dead"])}
+            pids = self.ender.orders_for(index)
+            if pids:
+                reply["end"] = pids
+            return reply
 
     def _output(self, p):
         data, err = p.get("data"), p.get("stream") == "stderr"
@@ -217,16 +225,6 @@ class ElasticSlotJob(LockedWaits):
                 self._exit, self._launch_error = (rc, str(p.get("summary") or "")), error
             self._cond.notify_all()
         return {"ack": True}
-
-    def _relaunchable(self, open_mpis_fault):  # under the lock: mpirun ended with a call in flight, none failed
-        in_flight = bool(self._calls) and all(ok for got in self._results.values() for ok, _ in got.values())
-        if not in_flight or self._stopping or self._closed.is_set():
-            return False
-        progress = self._commits > self._commits_at_launch
-        if not progress and (not open_mpis_fault or self._idle_relaunch):
-            return False
-        self._idle_relaunch = not progress
-        return True
 
     def _hosts(self, p):  # rank 0 at a commit
         with self._cond:
@@ -364,54 +362,6 @@ class ElasticSlotJob(LockedWaits):
         return {"np": len(ranks), "hosts": hosts, "networks": sorted(set(networks)) if all(networks) else None,
                 "env": env, "args": self._launch_args, "executable": python, "start_timeout": max(int(timeout), 10),
                 "mpirun": ["--with-ft", "ulfm", "--oversubscribe"], "launch": self._launches}
-
-    def _regrow(self, fresh):  # under the lock: rank 0's /hosts at a commit (on disk now), free slots on new hosts
-        if self._relaunch is None and self._exit is None and not self._stopping:
-            if self._reset_limit is not None and self.book.resets >= self._reset_limit:
-                return False
-            self.book.lost(None)
-            self._relaunch = "slot%s %s on host%s %s, which the job does not run on" % (
-                "s" if len(fresh) > 1 else "", ",".join(map(str, fresh)), "s" if len(fresh) > 1 else "",
-                ",".join(sorted({self.slots.slots[i]["host"] for i in fresh})))
-            self._cond.notify_all()
-        return self._relaunch is not None
-
-    def _run_launcher(self, spec):
-        # mpirun is this thread's child (it dies with the thread: PR_SET_PDEATHSIG), so the thread lives until close.
-        while spec is not None:
-            client = DriverClient(self.address, self.secret, timeout=10.0, name=SERVICE)
-            self.launcher = Launcher(client, spec, self.secret)
-            with self._cond:
-                while self._relaunch is None and not self._closed.is_set():
-                    self._cond.wait(0.5)
-            self.launcher.stop()
-            spec = None if self._closed.is_set() else self._respec()
-
-    def _respec(self):
-        """The launch spec of a relaunch on the live slots (up to max_np), once min_np of them are live (at most
-        elastic_timeout s); None (the job ends) without them."""
-        deadline = time.monotonic() + self._timeout
-        with self._cond:
-            self._say("%s: starting the job again on the live slots from the last commit" % self._relaunch)
-            while len(self.slots.live()) < self.min_np and time.monotonic() < deadline and not self._closed.is_set():
-                self._cond.wait(0.5)
-            live = self.slots.live()
-            if len(live) < self.min_np or self._closed.is_set():
-                self._exit = (1, "%s, and only %d live slots within %d s (min_np %d)" % (
-                    self._relaunch, len(live), self._timeout, self.min_np))
-                self._relaunch = None
-                self._cond.notify_all()
-                return None
-            self._launches += 1
-            self._relaunch, self._commits_at_launch = None, self._commits
-            self._results.clear()  # a call in flight starts again on the new ranks
-            self._asked.clear()
-            self._ranks.clear()
-            self.slots.launched = set()
-            spec = self._spec(live[:self.max_np or len(live)], self._start_timeout, restart=True)
-            self._launched_at = time.monotonic()
-            self._cond.notify_all()
-            return spec
 
     def call(self, fn, args=(), kwargs=None, alive=None, timeout=None):
         """Runs fn(*args, **kwargs) on every rank (an elastic function: tfring.*.elastic.run); returns the values of

@@ -72,7 +72,7 @@ class Launcher:
 
     def __init__(self, client, spec, secret):
         self.client, self.rc, self.proc = client, None, None
-        self.launch = (spec or {}).get("launch", 0)  # which of the driver's launches this is (reports of old ones are old)
+        self.launch = (spec or {}).get("launch", 0)  # which of the driver's launches (an old one's report is old)
         self.report = None  # {"rc", "summary"[, "error"]} once mpirun exited or failed to start
         self.acked = threading.Event()  # the driver has the report (from /exit or a status reply)
         self.closed = threading.Event()

@@ -175,7 +175,9 @@ class RegisteredSlots:
         host added through the slot agent (PMIX_ERROR in pmix_server_dyn.c, then a lost daemon, on emulated
         hosts), so a slot on a new host is never offered for a spawn: the job starts again on it (`regrow`)."""
         name = self.name(self.slots[index]["host"])
-        return name == LOCAL_HOST or name in self.launched
+        # A host where the job has no rank left counts as new: its daemon forgot the job, and a spawn there fails in
+        # the new process's MPI_Init ("Not supported" in dpm.c: PRRTE's connect does not know the parent's job).
+        return name == LOCAL_HOST or any(self.name(self.slots[m]["host"]) == name for m in self.members)
 
     def _not_used(self, index):  # a slot on a new host while the job cannot start again (said once per host)
         name = self.name(self.slots[index]["host"])

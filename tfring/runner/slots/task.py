@@ -6,11 +6,12 @@ until told to stop. Slot 0 runs mpirun when the driver hands it the job (launche
 other host runs the PRRTE daemon that the slot agent (agent.py) asks for. Every process started here is a child of
 the calling thread, in its own session, and is killed when the slot returns (or, on Linux, when its process dies)."""
 import os
+import signal
 import socket
 import time
 
 from tfring.common.signed_channel import DriverClient, ProtocolError
-from tfring.runner.processes import start_time
+from tfring.runner.processes import descendants, start_time
 from tfring.runner.slots.exec_service import ExecService
 from tfring.runner.slots.launcher import Launcher
 from tfring.runner.slots.net import host_identity, interface_network, route_address
@@ -20,9 +21,11 @@ POLL = 1.0  # seconds between status polls
 DRIVER_SILENCE = 30.0  # seconds the driver may be unreachable before the slot gives up
 
 
-def _status(index, launcher):
+def _status(index, launcher, ended):
     # Slot 0 acknowledges the launch spec and repeats mpirun's exit (or launch failure) until the driver has it.
     payload = {"index": index}
+    if ended:
+        payload["ended"] = ended  # [[pid, whether it was ended]] for the driver's last "end" orders
     if launcher is not None:
         payload["launched"] = True
         if launcher.report is not None and not launcher.acked.is_set():
@@ -33,6 +36,25 @@ def _status(index, launcher):
 def _heard(reply, launcher):
     if launcher is not None and reply.get("exit_ack") and launcher.report is not None:
         launcher.acked.set()
+
+
+def end_ranks(pids):
+    """The elastic driver's "end" order: SIGKILLs each rank that stopped responding where no live rank shares its
+    host, if it is a process below this slot (the ranks of this host's daemon, which this slot runs): an order
+    cannot end anything else. Returns [[pid, whether it was ended]]."""
+    if not pids:
+        return []
+    mine = set(descendants(os.getpid()))
+    done = []
+    for pid in pids if isinstance(pids, list) else []:
+        ok = isinstance(pid, int) and pid in mine
+        if ok:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                ok = False
+        done.append([pid, ok])
+    return done
 
 
 def serve_slot(driver, secret, index, host_id=None, bind_host=None, stop=None, log=None):
@@ -58,7 +80,7 @@ def serve_slot(driver, secret, index, host_id=None, bind_host=None, stop=None, l
     """
     client = DriverClient(driver, secret, timeout=10.0, name=SERVICE)
     service = ExecService(bind_host or route_address(client.host), secret, log).start()
-    launcher, heard = None, time.monotonic()
+    launcher, heard, ended = None, time.monotonic(), []
     try:
         reply = None
         while reply is None:
@@ -79,8 +101,8 @@ def serve_slot(driver, secret, index, host_id=None, bind_host=None, stop=None, l
                 continue
             last = time.monotonic()
             try:
-                reply = client.call("/status", _status(index, launcher))
-                heard = time.monotonic()
+                reply = client.call("/status", _status(index, launcher, ended))
+                heard, ended = time.monotonic(), end_ranks(reply.get("end"))
                 _heard(reply, launcher)
             except ProtocolError as e:
                 if time.monotonic() - heard > DRIVER_SILENCE:
@@ -101,7 +123,7 @@ def serve_slot(driver, secret, index, host_id=None, bind_host=None, stop=None, l
             if time.monotonic() >= last + POLL:
                 last = time.monotonic()
                 try:
-                    _heard(quick.call("/status", _status(index, launcher)), launcher)
+                    _heard(quick.call("/status", _status(index, launcher, [])), launcher)
                 except ProtocolError:
                     pass
         return launcher.rc if launcher is not None else None
