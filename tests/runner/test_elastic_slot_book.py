@@ -38,6 +38,9 @@ def test_placement_puts_the_driver_host_first_and_names_others():
     assert hosts == [["localhost", 1, "a1"], ["tfring-slot-host-2", 2, "a0"]]
     assert ranks == [1, 0, 2]
     assert slots.address_of("tfring-slot-host-2") == "a0" and slots.address_of("nowhere") is None
+    # A relaunch puts first a host that holds the newest commit (rank 0 reads its own host's).
+    hosts, ranks = slots.placement([0, 1, 2], first="other")
+    assert [h[0] for h in hosts] == ["tfring-slot-host-2", "localhost"] and ranks == [0, 2, 1]
 
 
 def test_growth_offers_free_live_slots_with_their_assignment():

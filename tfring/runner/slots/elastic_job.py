@@ -341,9 +341,9 @@ class ElasticSlotJob(Relaunching, LockedWaits):
                                                name="tfring-elastic-mpirun")
         self._launch_thread.start()
 
-    def _spec(self, indexes, timeout, restart=False):  # under the lock
-        hosts, ranks = self.slots.placement(indexes)
-        self.slots.members = set(ranks)
+    def _spec(self, indexes, timeout, restart=False, first=None):  # under the lock
+        hosts, ranks = self.slots.placement(indexes, first)
+        self.slots.members, self.slots.order = set(ranks), list(ranks)
         python = self._executable or sys.executable
         env = {k: v for k, v in (os.environ if self._env is None else self._env).items()
                if not k.startswith(launch_env.ELASTIC)}

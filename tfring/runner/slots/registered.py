@@ -33,6 +33,7 @@ class RegisteredSlots:
         self.local_host, self.say = local_host, say
         self.slots = {}  # index -> {"host", "address", "seen", "pid", "started", "network", "dead"}
         self.members = set()  # slot indexes holding a rank of the job
+        self.order = []  # the slots of the ranks in rank order, as last launched or reported
         self.names = {}  # host identity -> the name mpirun knows it by
         self.daemons = {}  # mpirun host name -> the slot index that runs its PRRTE daemon
         self.launched = set()  # mpirun host names the job runs on
@@ -110,13 +111,14 @@ class RegisteredSlots:
         index = self.daemons.get(name)
         return None if index is None else [self.slots[index]["pid"], self.slots[index]["started"]]
 
-    def placement(self, indexes):
+    def placement(self, indexes, first=None):
         """[[name, n, address]] and the slots in rank order for a launch on `indexes` (hosts in first-seen order,
-        the launcher's host first: mpirun fills the hosts in -H order)."""
+        host `first` (a relaunch: one that holds the newest commit, which rank 0 reads) then the launcher's host
+        first: mpirun fills the hosts in -H order)."""
         by_host = {}
         for index in indexes:
             by_host.setdefault(self.slots[index]["host"], []).append(index)
-        order = sorted(by_host, key=lambda h: (h != self.local_host, min(by_host[h])))
+        order = sorted(by_host, key=lambda h: (h != first, h != self.local_host, min(by_host[h])))
         hosts = [[self.name(h), len(by_host[h]), self.slots[by_host[h][0]]["address"]] for h in order]
         for h in order:
             if self.name(h) != LOCAL_HOST:
@@ -189,5 +191,6 @@ class RegisteredSlots:
     def record(self, reason, hosts, slots, resets):
         """Rank 0's report of the job's slots after a shrink or before a spawn."""
         self.members = {s for s in slots if s in self.slots and self.slots[s]["dead"] is not True}
+        self.order = list(slots)
         self.launched |= {self.name(self.slots[s]["host"]) for s in self.members}
         self.cond.notify_all()

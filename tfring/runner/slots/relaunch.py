@@ -69,8 +69,13 @@ class Relaunching:
             self._results.clear()  # a call in flight starts again on the new ranks
             self._asked.clear()
             self._ranks.clear()
+            # Every host that held a rank has the newest commit (each host's first rank writes it); rank 0 reads its
+            # own host's: the new rank 0 goes on the host of the first live slot that held a rank (not a new host).
+            kept = [i for i in self.slots.order if i in live]
+            first = self.slots.slots[kept[0]]["host"] if kept else None
+            chosen = (kept + [i for i in live if i not in kept])[:self.max_np or len(live)]
             self.slots.launched = set()
-            spec = self._spec(live[:self.max_np or len(live)], self._start_timeout, restart=True)
+            spec = self._spec(sorted(chosen), self._start_timeout, restart=True, first=first)
             self._launched_at = time.monotonic()
             self._cond.notify_all()
             return spec
