@@ -54,6 +54,9 @@ class SlotEnder:
             return True, "ended (SIGKILL by the driver)"
         with self.cond:
             index = self.slots.daemons.get(host)
+            if index is None:  # Open MPI may know the machine by its own host name rather than the job's
+                names = {self.slots.name(s["host"]) for s in self.slots.slots.values() if s.get("hostname") == host}
+                index = self.slots.daemons.get(names.pop()) if len(names) == 1 else None
             if index is None or self.slots.slots[index]["dead"] is True:
                 return False, "not ended: no live slot runs the Open MPI daemon of %s" % host
             self.results.pop(pid, None)
