@@ -212,3 +212,47 @@ def test_elastic_digits_example():
                             "--target-accuracy", "0.9"], timeout=240)
     assert rc == 0, out[-5000:]
     assert "validation accuracy" in out and "on 2 ranks" in out, out[-3000:]
+
+
+def test_every_rank_killed_together_restarts_the_job_from_the_last_commit(tmp_path):
+    # Every rank gone at once without a failure of its own (killed together here; crashed inside Open MPI in the
+    # wild): no rank reported its status, and the job had committed, so tfringrun starts it again from the last
+    # commit on disk (a discovery script: commits are kept there). Before, mpirun under ULFM exited 0 (a killed
+    # process counts as a success there) and so did tfringrun: a job that never finished "succeeded".
+    import signal
+    import time
+    discover = tmp_path / "discover.sh"
+    discover.write_text("#!/bin/sh\necho localhost:2\n")
+    discover.chmod(0o755)
+    env = dict(rank_env(), ELASTIC_OUT=str(tmp_path), ELASTIC_STEP_SLEEP="0.3")  # 24 steps: ~7 s
+    proc = subprocess.Popen([sys.executable, "-m", "tfring.runner", "-np", "2", "--min-np", "2",
+                             "--host-discovery-script", str(discover), "python", JOB], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not any(r.get("event") == "commit" and r["step"] >= 6
+                                                  for rows in read_logs(tmp_path).values() for r in rows):
+            time.sleep(0.05)
+        from tfring.runner.processes import descendants
+        ranks = [p for p in descendants(proc.pid) if open("/proc/%d/comm" % p).read().startswith("python")
+                 and "torch_job.py" in open("/proc/%d/cmdline" % p).read()]
+        assert len(ranks) == 2, ranks
+        killed = time.time()
+        for pid in ranks:
+            os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        kill_session(proc.pid)
+    assert proc.returncode == 0, out[-5000:]
+    assert "every rank ended without reporting its status (mpirun exited with code" in out, out[-5000:]
+    assert "starting the job again on the available hosts from the last commit" in out, out[-5000:]
+    commits = [r["step"] for rows in read_logs(tmp_path).values() for r in rows
+               if r.get("event") == "commit" and r["t"] < killed]
+    finals = [torch.load(f) for f in sorted(glob.glob(str(tmp_path / "final.*.pt")))]
+    assert len(finals) == 2 and all(f["size"] == 2 for f in finals), out[-3000:]
+    assert not {int(os.path.basename(f).split(".")[1]) for f in glob.glob(str(tmp_path / "final.*.pt"))} & set(ranks)
+    for k, v in finals[0]["params"].items():  # identical on both new processes
+        assert torch.equal(v, finals[1]["params"][k]), k
+    resumed = [rows[0]["step"] for rows in read_logs(tmp_path).values() if rows and rows[0]["t"] > killed
+               and "step" in rows[0]]
+    assert resumed and all(s >= max(commits) - COMMIT_EVERY for s in resumed), (resumed, max(commits))

@@ -90,7 +90,8 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
         timestamp_logs: timestamp tfringrun's own lines.
         start_timeout: seconds every rank has to announce its start (0: no deadline).
         num_ranks: ranks expected to announce.
-        report: a dict that receives "lost_host" (the host PRRTE lost, or None), or None.
+        report: a dict that receives "stopped" (by SIGINT/SIGTERM) and "lost_host" (the host PRRTE lost, or None), or
+            None.
         finished: callable(rc) -> str or None: for a failed mpirun, a line saying the job finished all the same
             (every rank reported success; elastic mode), then the exit code is 0.
 
@@ -128,6 +129,8 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
 
     def say(msg):
         stderr.write("%stfringrun: %s\n" % (stamp() + " " if timestamp_logs else "", msg))
+    if report is not None:
+        report["stopped"] = bool(stopping)  # by SIGINT/SIGTERM: the elastic driver must not start it again
     if stopping:
         say("stopped by signal %d" % stopping[0])
         return 128 + stopping[0]

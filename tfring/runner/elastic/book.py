@@ -37,6 +37,7 @@ class ElasticBook:
         self.forward = sorted(forward)
         self.exits = ExitLedger()
         self.resets = 0
+        self.host_requests = 0  # /hosts requests so far (one per commit of rank 0)
         self.reasons = []  # (time, "failure" | "grow", ranks) of each reset rank 0 reported
 
     def hosts(self, payload):
@@ -54,6 +55,7 @@ class ElasticBook:
         """
         protocol.check_hosts(payload)
         with self.source.lock:
+            self.host_requests += 1  # rank 0 asks at each commit: the launchers' measure of progress
             size = self.source.size()
             add, assign = self.source.offer(self.max_np - size if self.max_np else float("inf"))
             return dict(self.source.describe(), add=add, assign=assign, size=size, forward=self.forward)

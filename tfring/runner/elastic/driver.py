@@ -59,10 +59,14 @@ def _finished(exits, rc):
             "succeeded" % (size, rc))
 
 
+CRASH_RESTARTS = 3  # restarts after every rank died without a failure of its own (a job that kills itself: not more)
+
+
 def _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr, say, timeout):
     """Runs mpirun; when Open MPI lost a host (ULFM survives lost processes, not lost hosts: PRRTE ends the
     job), blacklists it and starts the job again on the remaining hosts, resuming from the last commit on disk."""
     extra = {launch_env.ELASTIC_STATE_DIR: state_dir}
+    crash_restarts = 0
     while True:
         available = book.source.refresh()
         hosts, np_ = choose_hosts(available, args.np, args.max_num_proc)
@@ -75,18 +79,30 @@ def _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr
         book.source.set_placement(hosts, np_)
         if args.verbose:
             print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-        report = {}
+        report, at_launch = {}, book.host_requests
         book.exits.clear()
         rc = run_command(cmd, args.output_filename, stderr=stderr, env=env,
                          timestamp_output=bool(args.prefix_output_with_timestamp),
                          timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,
                          num_ranks=args.num_ranks, report=report, finished=functools.partial(_finished, book.exits))
         lost = report.get("lost_host")
-        if rc == 0 or not (lost or rc < 0):
+        # Every rank gone without a failure of its own (killed together, or crashed inside Open MPI: a SIGSEGV in
+        # ULFM's shrink) after a commit of this launch: mpirun exits non-zero, or 0 when none reported at all (under
+        # ULFM a killed process counts as a success; a rank of a committing job reports its status at exit).
+        progress = book.host_requests > at_launch and not report.get("stopped") and not lost
+        vanished = rc == 0 and progress and not book.exits.reported()
+        crashed = (rc > 0 or vanished) and progress and not book.exits.failed()
+        if crashed and crash_restarts >= CRASH_RESTARTS:
+            say("the ranks died again without a failure of their own; restarted %d times already: ending the job"
+                % crash_restarts)
+            return rc or 1
+        if not (lost or rc < 0 or crashed):
             return rc
         # A lost host, or mpirun itself killed by a signal (Open MPI 5.0.11's prterun can crash while spawning
         # onto an added host, docs/elastic.md): either way the ranks are gone and the job restarts.
-        what = "lost host %s" % lost if lost else "mpirun died of signal %d" % -rc
+        crash_restarts += bool(crashed)
+        what = "lost host %s" % lost if lost else "mpirun died of signal %d" % -rc if rc < 0 else \
+            "every rank ended without reporting its status (mpirun exited with code %d)" % rc
         resets = book.lost(lost)
         if args.reset_limit is not None and resets > args.reset_limit:
             say("%s; the job was reset %d times (--reset-limit %d): not restarting it" % (

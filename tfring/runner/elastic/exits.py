@@ -36,6 +36,16 @@ class ExitLedger:
             self._reports[(size, rank)] = code
         return {"ok": True}
 
+    def reported(self):
+        """Whether any rank reported its status."""
+        with self._lock:
+            return bool(self._reports)
+
+    def failed(self):
+        """Whether some rank reported a non-zero status (its own failure: an exception, sys.exit(n))."""
+        with self._lock:
+            return any(code != 0 for code in self._reports.values())
+
     def finished_size(self):
         """The size of the world whose every rank reported status 0, if no report was a failure.
 

@@ -110,7 +110,7 @@ class ElasticSlotJob(Relaunching, LockedWaits):
         self._relaunch, self._launches = None, 0  # why mpirun must start again, until it does; launches so far
         # /hosts requests (rank 0 makes one at each commit): a relaunch needs one since the last, save the first
         # after a fault that is Open MPI's own (a signal, a lost host): a job crashing at start is not relaunched.
-        self._commits, self._commits_at_launch, self._idle_relaunch = 0, 0, False
+        self._commits_at_launch, self._idle_relaunch = 0, False  # book.host_requests at the launch
         self._state_dir = tempfile.mkdtemp(prefix="tfring-elastic-")  # mode 0700: the commits a relaunch resumes
         self._stopping = self._broken = False
         self._calls, self._results, self._seq = {}, {}, 0
@@ -125,8 +125,7 @@ class ElasticSlotJob(Relaunching, LockedWaits):
         self._ranks = {}  # slot index -> [pid, start time] of its rank, when it runs on this machine's host
         self._asked = set()  # slots whose rank asked for a call
         self._launched_at = None
-        self._elastic = DriverServer(bind_host, self.secret, dict(self.book.handlers(), **{
-            "/report": self._report, "/hosts": self._hosts}),
+        self._elastic = DriverServer(bind_host, self.secret, dict(self.book.handlers(), **{"/report": self._report}),
                                      log=log, clients=clients)
 
     @property
@@ -225,11 +224,6 @@ class ElasticSlotJob(Relaunching, LockedWaits):
                 self._exit, self._launch_error = (rc, str(p.get("summary") or "")), error
             self._cond.notify_all()
         return {"ack": True}
-
-    def _hosts(self, p):  # rank 0 at a commit
-        with self._cond:
-            self._commits += 1
-        return self.book.hosts(p)
 
     def _call(self, p):
         after, slot = _int(p, "after"), _int(p, "rank")

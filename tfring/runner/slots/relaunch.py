@@ -10,7 +10,7 @@ from tfring.runner.slots.wire import SERVICE
 
 
 class Relaunching:
-    """Mixed into ElasticSlotJob, whose state it uses: _cond, slots, book, _relaunch, _launches, _commits,
+    """Mixed into ElasticSlotJob, whose state it uses: _cond, slots, book, _relaunch, _launches,
     _commits_at_launch, _idle_relaunch, _calls, _results, _asked, _ranks, _exit, _stopping, _closed, _timeout,
     _reset_limit, min_np, max_np, _spec(), _say()."""
 
@@ -18,7 +18,7 @@ class Relaunching:
         in_flight = bool(self._calls) and all(ok for got in self._results.values() for ok, _ in got.values())
         if not in_flight or self._stopping or self._closed.is_set():
             return False
-        progress = self._commits > self._commits_at_launch
+        progress = self.book.host_requests > self._commits_at_launch
         if not progress and (not open_mpis_fault or self._idle_relaunch):
             return False
         self._idle_relaunch = not progress
@@ -65,7 +65,7 @@ class Relaunching:
                 self._cond.notify_all()
                 return None
             self._launches += 1
-            self._relaunch, self._commits_at_launch = None, self._commits
+            self._relaunch, self._commits_at_launch = None, self.book.host_requests
             self._results.clear()  # a call in flight starts again on the new ranks
             self._asked.clear()
             self._ranks.clear()
