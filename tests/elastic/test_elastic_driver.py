@@ -276,6 +276,7 @@ def test_driver_end_to_end_with_a_fake_mpirun(tmp_path, monkeypatch, capsys):
         seen["hosts"] = client.call("/hosts", {"rank": 0})
         seen["reset"] = client.call("/reset", {"hosts": ["localhost"], "reason": "failure"})
         seen["log"] = client.call("/log", {"message": "below --min-np"})
+        client.call("/exit", {"rank": 0, "size": 1, "code": 3})  # the rank's own failure: not restarted
         seen["cmd"], seen["secret"], seen["address"] = cmd, env["TFRING_ELASTIC_SECRET"], env["TFRING_ELASTIC_DRIVER"]
         return 3
 
