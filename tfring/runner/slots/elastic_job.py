@@ -110,7 +110,7 @@ class ElasticSlotJob(Relaunching, LockedWaits):
         self._relaunch, self._launches = None, 0  # why mpirun must start again, until it does; launches so far
         # /hosts requests (rank 0 makes one at each commit): a relaunch needs one since the last, save the first
         # after a fault that is Open MPI's own (a signal, a lost host): a job crashing at start is not relaunched.
-        self._commits_at_launch, self._idle_relaunch = 0, False  # book.host_requests at the launch
+        self._requests_at_launch, self._idle_relaunch = 0, False  # book.host_requests at the launch
         self._state_dir = tempfile.mkdtemp(prefix="tfring-elastic-")  # mode 0700: the commits a relaunch resumes
         self._stopping = self._broken = False
         self._calls, self._results, self._seq = {}, {}, 0
@@ -216,10 +216,8 @@ class ElasticSlotJob(Relaunching, LockedWaits):
             if error is None and rc != 0 and self._relaunchable(rc < 0 or lost):
                 # mpirun died (Open MPI 5.0.11's prterun can crash in a spawn across hosts, docs/elastic.md), lost
                 # a host, or its ranks died (a segfault inside ULFM's shrink): start again from the last commit.
-                resets = self.book.lost(lost)
-                if self._reset_limit is None or resets <= self._reset_limit:
-                    self._relaunch = "lost host %s" % lost if lost else "mpirun died of signal %d" % -rc if rc < 0 \
-                        else "mpirun exited with code %d while the ranks ran" % rc
+                self._start_again("lost host %s" % lost if lost else "mpirun died of signal %d" % -rc if rc < 0
+                                  else "mpirun exited with code %d while the ranks ran" % rc, lost)
             if self._relaunch is None:
                 self._exit, self._launch_error = (rc, str(p.get("summary") or "")), error
             self._cond.notify_all()

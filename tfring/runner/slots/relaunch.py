@@ -11,14 +11,14 @@ from tfring.runner.slots.wire import SERVICE
 
 class Relaunching:
     """Mixed into ElasticSlotJob, whose state it uses: _cond, slots, book, _relaunch, _launches,
-    _commits_at_launch, _idle_relaunch, _calls, _results, _asked, _ranks, _exit, _stopping, _closed, _timeout,
+    _requests_at_launch, _idle_relaunch, _calls, _results, _asked, _ranks, _exit, _stopping, _closed, _timeout,
     _reset_limit, min_np, max_np, _spec(), _say()."""
 
     def _relaunchable(self, open_mpis_fault):  # under the lock: mpirun ended with a call in flight, none failed
         in_flight = bool(self._calls) and all(ok for got in self._results.values() for ok, _ in got.values())
         if not in_flight or self._stopping or self._closed.is_set():
             return False
-        progress = self.book.host_requests > self._commits_at_launch
+        progress = self.book.host_requests > self._requests_at_launch
         if not progress and (not open_mpis_fault or self._idle_relaunch):
             return False
         self._idle_relaunch = not progress
@@ -29,11 +29,11 @@ class Relaunching:
             "s" if len(fresh) > 1 else "", ",".join(map(str, fresh)), "s" if len(fresh) > 1 else "",
             ",".join(sorted({self.slots.slots[i]["host"] for i in fresh}))))
 
-    def _start_again(self, why):  # under the lock: end mpirun and start it on the live slots (within reset_limit)
+    def _start_again(self, why, lost=None):  # under the lock: mpirun (re)starts on the live slots, within reset_limit
         if self._relaunch is None and self._exit is None and not self._stopping:
             if self._reset_limit is not None and self.book.resets >= self._reset_limit:
                 return False
-            self.book.lost(None)
+            self.book.lost(lost)  # counts as a reset; a lost host's slots are held out
             self._relaunch = why
             self._cond.notify_all()
         return self._relaunch is not None
@@ -65,7 +65,7 @@ class Relaunching:
                 self._cond.notify_all()
                 return None
             self._launches += 1
-            self._relaunch, self._commits_at_launch = None, self.book.host_requests
+            self._relaunch, self._requests_at_launch = None, self.book.host_requests
             self._results.clear()  # a call in flight starts again on the new ranks
             self._asked.clear()
             self._ranks.clear()
