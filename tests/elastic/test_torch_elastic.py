@@ -81,11 +81,14 @@ def test_killed_rank_rolls_back_and_reshards(tmp_path):
     # rank 1 took 16 s more here and found nothing else) between the commits of steps 3 and 6: steps 4 and 5 are
     # lost and redone at size 2.
     # The metrics endpoint moves with rank 0: the new one serves the reset on the same port.
+    # Adam's state is sharded (#46): the victim's part comes back from the commit (the unsharded layout, kept by
+    # every rank), and the survivors own every parameter between them again.
     victim, kill_at, token = 0, 5, tmp_path / "token"
     rc, out = run_launcher(["-np", "3", "--min-np", "2", "--metrics-port", str(free_port()), "--metrics-token-file",
                             str(token), "python", JOB],
                            {"ELASTIC_OUT": str(tmp_path), "ELASTIC_KILL": "%d:%d" % (victim, kill_at),
-                            "ELASTIC_COMMIT_EVERY": str(COMMIT_EVERY), "ELASTIC_SCRAPE": str(token)})
+                            "ELASTIC_COMMIT_EVERY": str(COMMIT_EVERY), "ELASTIC_SCRAPE": str(token),
+                            "ELASTIC_SHARDED": "1"})
     assert rc == 0, out[-5000:]
     assert "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]
     assert json.load(open(tmp_path / "scrape.json")) == {
@@ -121,9 +124,22 @@ def test_killed_rank_rolls_back_and_reshards(tmp_path):
         commits = [r for r in rows if r["event"] == "commit"]
         assert [c["step"] for c in commits] == [3, 6, 9, 11, 12, 15, 18, 21, 23]
         assert all(c["adam"] == [c["step"]] for c in commits)
+    assert_sharded(logs)
     assert_each_index_once(logs)
     reset_at = min(r["t"] for rows in survivors for r in rows if r["event"] == "reset")
     print("recovery (kill to reset callback): %.2f s" % (reset_at - killed["t"]))
+
+
+def assert_sharded(logs):
+    """At every commit each parameter's state is kept by exactly one rank of the size then (4 parameters)."""
+    by_commit = {}
+    for rows in logs.values():
+        for r in rows:
+            if r["event"] == "commit":
+                by_commit.setdefault((r["size"], r["epoch"], r["step"]), []).append(r["owned"])
+    for (size, _, step), parts in by_commit.items():
+        if len(parts) == size:  # (a victim's last commit may be all that remains of its size)
+            assert sorted(i for part in parts for i in part) == [0, 1, 2, 3] and all(parts), (size, step, parts)
 
 
 def test_frozen_rank_is_ended_and_the_survivors_go_on(tmp_path):
@@ -182,7 +198,7 @@ def test_slot_added_by_discovery_gets_state_and_its_shard(tmp_path):
     rc, out = run_launcher(["-np", "2", "--max-np", "3", "--host-discovery-script", str(script), "--metrics-port",
                             str(free_port()), "--metrics-token-file", str(token), "python", JOB],
                            {"ELASTIC_OUT": str(tmp_path), "ELASTIC_GROW": "%s=localhost:3" % hosts,
-                            "ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_SCRAPE": str(token)})
+                            "ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_SCRAPE": str(token), "ELASTIC_SHARDED": "1"})
     assert rc == 0, out[-5000:]
     assert "tfring.elastic: reset (grow): 2 -> 3 ranks" in out, out[-5000:]
     assert json.load(open(tmp_path / "scrape.json")) == {
@@ -203,6 +219,7 @@ def test_slot_added_by_discovery_gets_state_and_its_shard(tmp_path):
     assert first["step"] > 3 and first["adam"] == [first["step"]]  # it started from the committed state
     for rows in logs.values():  # no rollback on a growth
         assert not [r for r in rows if r["event"] == "restore"]
+    assert_sharded(logs)  # (sharded: the newcomer's part came from the ranks that held it)
     assert_each_index_once(logs)
 
 

@@ -4,6 +4,7 @@ on 96 rows, an ElasticSampler (batches of 4) and a TorchState holding model, opt
 counter; a commit every ELASTIC_COMMIT_EVERY steps and at each epoch end. ELASTIC_KILL="rank:step" makes that
 (original) rank SIGKILL itself right after finishing that step (after its commit, if it is a commit point), or
 send itself ELASTIC_SIGNAL instead (STOP: it freezes, alive and silent);
+ELASTIC_SHARDED=1 shards Adam's state (ZeRO stage 1: each rank keeps its parameters' part);
 ELASTIC_GROW="path=text" makes rank 0 rewrite the discovery file after step 2 (ELASTIC_STEP_SLEEP slows steps).
 Every rank writes to $ELASTIC_OUT: init.pt (rank 0, the initial parameters and the data), log.<pid>.jsonl (one
 line per commit with the [epoch, dataset index] pairs this rank processed since the previous commit, one per
@@ -43,7 +44,8 @@ dataset = TensorDataset(x_all, y_all)
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 optimizer = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
-                                     named_parameters=model.named_parameters())
+                                     named_parameters=model.named_parameters(),
+                                     sharded=os.environ.get("ELASTIC_SHARDED") == "1")
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=3)
 loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
 log = open(os.path.join(OUT, "log.%d.jsonl" % os.getpid()), "a")
@@ -58,8 +60,13 @@ def write(**row):
     log.flush()
 
 
-def adam_steps():
-    return sorted({int(s["step"]) for s in optimizer.state_dict()["state"].values()})
+def adam_steps():  # this rank's own entries (no collective: a restore runs while the job is broken)
+    return sorted({int(s["step"]) for s in optimizer.state.values()})
+
+
+def owned():  # the positions of the parameters whose state this rank keeps
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return [i for i, p in enumerate(params) if p in optimizer.state]
 
 
 class LoggedTorchState(hvd.elastic.TorchState):
@@ -68,7 +75,8 @@ class LoggedTorchState(hvd.elastic.TorchState):
     def save(self):
         super().save()
         write(event="commit", step=self.step, epoch=self.epoch, indices=pending,
-              committed=sorted(self._handlers["sampler"].saved["processed_indices"]), adam=adam_steps())
+              committed=sorted(self._handlers["sampler"].saved["processed_indices"]), adam=adam_steps(),
+              owned=owned())
         pending.clear()
 
     def restore(self):

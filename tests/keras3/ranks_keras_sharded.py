@@ -107,3 +107,7 @@ def test_what_sharding_cannot_do_is_refused_by_name():
     opt = hvd.DistributedOptimizer(adam, sharded=True)
     with pytest.raises(ValueError, match="local variables and sharded=1"):
         opt.register_local_var(make_model().trainable_variables[0])
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), sharded=2), loss="mse")
+    with pytest.raises(ValueError, match="the optimizer is sharded=2, which elastic Keras jobs do not support"):
+        hvd.elastic.KerasState(model, batch=0)

@@ -52,16 +52,39 @@ def test_state_dict_is_the_unsharded_layout_at_any_size_and_loads_either_way():
     model2.load_state_dict(model.state_dict())
     again = sharded_adam(model2)
     again.load_state_dict(copy.deepcopy(full))  # (torch loads the tensors themselves: its step would change `full`)
-    assert set(again.state) == {p for p in model2.parameters() if again._sharding.owns(p)}
     again.zero_grad()
     loss_fn(model2, *batch(9, R)).backward()
     again.step()
+    # Kept whole until the step (an elastic rollback loads before the job shrinks), then only this rank's part.
+    assert set(again.state) == {p for p in model2.parameters() if again._sharding.owns(p)}
     plain.load_state_dict(full)
     plain.zero_grad()
     x, y = zip(*[batch(9, r) for r in range(N)])
     loss_fn(plain_model, torch.cat(x), torch.cat(y)).backward()
     plain.step()
     assert_same_params(model2, plain_model)
+
+
+def test_a_checkpoint_loaded_on_rank_0_alone_reaches_every_part_by_broadcast_optimizer_state():
+    # Horovod's pattern: rank 0 loads, broadcast_optimizer_state hands the rest out; each rank keeps its part.
+    model = make_model()
+    opt = sharded_adam(model)
+    train(opt, model)
+    full = opt.state_dict()
+    model2 = make_model()
+    model2.load_state_dict(model.state_dict())
+    again = sharded_adam(model2)
+    if R == 0:
+        again.load_state_dict(copy.deepcopy(full))
+    hvd.broadcast_optimizer_state(again, root_rank=0)
+    owned = {p for p in model2.parameters() if again._sharding.owns(p)}
+    assert set(again.state) == owned
+    got = again.state_dict()["state"]
+    for i in full["state"]:
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(got[i][key], full["state"][i][key])
+    with pytest.raises(ValueError, match=r"root_rank 7 is not a rank of the sharded optimizer's set"):
+        hvd.broadcast_optimizer_state(again, root_rank=7)
 
 
 def test_bad_arguments_fail_on_every_rank():

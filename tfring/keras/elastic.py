@@ -34,6 +34,13 @@ class KerasState(VariablesState):
     _default_bcast_object = staticmethod(ObjectState._default_bcast_object)
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
+        sharded = getattr(optimizer if optimizer is not None else getattr(model, "optimizer", None), "sharded", 0)
+        if sharded:
+            # A commit would keep each rank's shard only, and the shards' sizes follow the job's size; said by
+            # name rather than restoring a dead rank's shard from another's (docs/sharded-optimizer.md).
+            raise ValueError("tfring.keras.elastic.KerasState: the optimizer is sharded=%d, which elastic Keras "
+                             "jobs do not support yet (a commit holds each rank's shard only); use sharded=False "
+                             "(tfring.torch's sharded optimizer does work in elastic jobs)" % sharded)
         super().__init__(model=model, optimizer=optimizer, **kwargs)
 
     def _broadcast(self, variables):

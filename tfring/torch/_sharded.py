@@ -8,6 +8,12 @@ import torch
 
 from tfring.torch._gather import broadcast_
 from tfring.torch.functions import allgather_object
+from tfring.torch.mpi_ops import size
+
+
+def members_of(process_set):
+    """The set's global ranks now (the global set's change with an elastic reset)."""
+    return list(getattr(process_set, "ranks", None) or range(size()))
 
 
 def partition(params, members):
@@ -113,3 +119,31 @@ class Sharding:
         for p in self.params:
             if not self.owns(p):
                 state.pop(p, None)
+
+
+def merged_state(local, root_rank, process_set):
+    """broadcast_optimizer_state's source for a sharded optimizer (a collective of the set): every parameter's state
+    from the rank that holds it, the root's entries winning (after a load on the root alone it holds them all), and
+    the root's hyperparameters.
+
+    Args:
+        local: this rank's own state_dict() (its "state" holds the entries it keeps, by position).
+        root_rank: the global rank whose hyperparameters and entries win.
+        process_set: the set the optimizer is sharded over.
+
+    Returns:
+        dict: a state_dict in the unsharded layout.
+    """
+    members = members_of(process_set)
+    if root_rank not in members:
+        raise ValueError("broadcast_optimizer_state: root_rank %r is not a rank of the sharded optimizer's set %s"
+                         % (root_rank, members))
+    parts = allgather_object((local["state"], local["param_groups"]), name="sharded.broadcast_state",
+                             process_set=process_set)
+    root = members.index(root_rank)
+    merged = {}
+    for i, (state, _) in enumerate(parts):
+        if i != root:
+            merged.update(state)
+    merged.update(parts[root][0])
+    return {"state": dict(sorted(merged.items())), "param_groups": parts[root][1]}

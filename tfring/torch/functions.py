@@ -88,7 +88,9 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     have is removed. A freshly created optimizer has no state yet; it then stays empty, and is created by the
     first step identically on every rank (Horovod instead runs a step on zero gradients to create it, which moves
     the parameters under weight decay); as after Horovod's, every parameter that requires grad and has no gradient
-    then has a zero one.
+    then has a zero one. A sharded `DistributedOptimizer` (every rank of its set must call it) gets the whole
+    state, each parameter's entries from the rank that holds them (the root's winning: a checkpoint loaded on the
+    root alone reaches every rank), and each rank keeps its part.
 
     Args:
         optimizer: a `torch.optim.Optimizer` or a `DistributedOptimizer`, built on the same model on every rank.
@@ -100,6 +102,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
         ValueError: this rank's optimizer has other param group sizes than the root's.
     """
     del model
+    if getattr(optimizer, "_sharding", None) is not None:  # each rank holds a part: the whole goes around
+        return optimizer._broadcast_sharded_state(root_rank)
     sizes, groups, states = broadcast_object(_state_layout(optimizer), root_rank,
                                              name="broadcast_optimizer_state.layout", process_set=process_set)
     local_sizes = [len(group["params"]) for group in optimizer.param_groups]

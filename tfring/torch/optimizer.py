@@ -13,7 +13,7 @@ import torch
 from tfring.common import powersgd
 from tfring.torch._adasum_optimizer import DistributedAdasumOptimizer
 from tfring.torch._powersgd import eager_state
-from tfring.torch._sharded import Sharding
+from tfring.torch._sharded import Sharding, members_of, merged_state
 from tfring.torch.compression import Compression
 from tfring.torch.mpi_ops import (Adasum, Average, Sum, allreduce_async_, global_process_set, grouped_allreduce_,
                                   grouped_allreduce_async_, rank, size, sparse_allreduce_async, synchronize)
@@ -100,8 +100,7 @@ class _DistributedOptimizer:
             self._register_hooks()
         self._sharding = None
         if sharded and process_set.included():
-            members = getattr(process_set, "ranks", None) or list(range(size()))
-            self._sharding = Sharding(self, members, rank(), process_set)
+            self._sharding = Sharding(self, members_of(process_set), rank(), process_set)
             self._sharding.drop_others(self.state)  # state made before wrapping: this rank's part only
 
     def state_dict(self, *args, **kwargs):
@@ -110,16 +109,34 @@ class _DistributedOptimizer:
         sd = super().state_dict(*args, **kwargs)
         return sd if self._sharding is None else self._sharding.full_state(sd)
 
+    def own_state_dict(self):
+        """The wrapped optimizer's state_dict as this rank holds it (sharded: its part; no collective)."""
+        return super().state_dict()
+
     def load_state_dict(self, *args, **kwargs):
         """Loads the wrapped optimizer's state, forgetting gradients of an unfinished step."""
         self._handles = {}
         self._synchronized = False
         self._should_synchronize = True
         self._reset_counts()
-        result = super().load_state_dict(*args, **kwargs)
-        if self._sharding is not None:
-            self._sharding.drop_others(self.state)  # any layout: this rank keeps its part
-        return result
+        # Sharded, every entry is kept until this rank's part is known for sure (the next step or
+        # broadcast_optimizer_state): an elastic rollback loads the commit before the job has shrunk.
+        return super().load_state_dict(*args, **kwargs)
+
+    def _broadcast_sharded_state(self, root_rank):
+        """broadcast_optimizer_state of a sharded optimizer: the whole state (each part from its holder, the root's
+        winning) reaches every rank, which keeps its part under the ownership of the set's members now."""
+        self.load_state_dict(merged_state(self.own_state_dict(), root_rank, self._sharding.process_set))
+        self._current_sharding()
+
+    def _current_sharding(self):
+        """The sharding for the set's members now (an elastic reset changes them: ownership is decided again),
+        having dropped the state of the parameters this rank does not own."""
+        members, me = members_of(self._sharding.process_set), rank()
+        if members != self._sharding.members or me != self._sharding.me:
+            self._sharding = Sharding(self, members, me, self._sharding.process_set)
+        self._sharding.drop_others(self.state)
+        return self._sharding
 
     def set_backward_passes_per_step(self, passes):
         """Changes how many backward passes accumulate before each allreduce.
@@ -345,7 +362,7 @@ class _DistributedOptimizer:
             self.synchronize()
         self._synchronized = False
         if self._sharding is not None:
-            return self._sharding.step(self, super().step, closure)
+            return self._current_sharding().step(self, super().step, closure)
         return super().step(closure)
 
     def zero_grad(self, *args, **kwargs):

@@ -65,7 +65,15 @@ class ModelStateHandler(StateHandler):
 
 
 class OptimizerStateHandler(StateHandler):
-    """A `torch.optim.Optimizer` (or `DistributedOptimizer`): hyperparameters and per-parameter state."""
+    """A `torch.optim.Optimizer` (or `DistributedOptimizer`): hyperparameters and per-parameter state. Sharded, a
+    commit keeps the whole state (gathered: the part of a rank that dies is restored from it), while the copy made
+    without a collective (at construction) is this rank's part."""
+
+    def save_local(self):
+        self.saved = copy.deepcopy(getattr(self.value, "own_state_dict", self.value.state_dict)())
+
+    def save(self):
+        self.saved = copy.deepcopy(self.value.state_dict())
 
     def sync(self):
         from tfring.torch.functions import broadcast_optimizer_state
