@@ -12,7 +12,8 @@ pytest.importorskip("jax", reason="jax is not installed: tfring.jax is not built
 pytest.importorskip("optax", reason="optax is not installed (the jax extra)")
 
 def files(np_):
-    return ["tests/jx/ranks_jax_%s.py" % name for name in ("collectives", "training", "powersgd", "monitor")] + \
+    names = ("collectives", "training", "powersgd", "sharded", "monitor")
+    return ["tests/jx/ranks_jax_%s.py" % name for name in names] + \
         keras3_files(np_) + ["tests/jx/ranks_jax_%s.py" % name for name in ("errors", "stall")]
 
 

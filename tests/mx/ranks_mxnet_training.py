@@ -71,6 +71,9 @@ def test_fp16_compressor_sends_half_and_restores_the_dtype():
     assert back.asnumpy()[0] != x.asnumpy()[0]  # the rounding really happened
     ints = mx.nd.array([1, 2], dtype=np.int32)
     assert hvd.Compression.fp16.compress(ints) == (ints, None)  # integers travel as they are
+    with pytest.raises(AttributeError, match=r"Compression.bf16: MXNet 1.9's bfloat16 exists only inside its MKLDNN"):
+        hvd.Compression.bf16  # noqa: B018 (asked for, by name)
+    assert not hasattr(hvd.Compression, "bf16")
 
 
 def test_trainer_fp16_compression_close():

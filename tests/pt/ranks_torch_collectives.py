@@ -131,20 +131,23 @@ def test_compression_fp16():
     assert [o.dtype for o in outs] == [torch.float32, torch.float64]
 
 
-def test_compression_fp16_goes_through_half():
-    # 1 + k * 2**-12 has no fp16 representation (fp16's spacing at 1 is 2**-10): compressed, the sum travels in
-    # half precision and comes back exactly representable in fp16; uncompressed it is the exact fp32 sum, which
-    # is not. Guards against a compressor that is accepted but never applied (the k/4 values above are exact).
+@pytest.mark.parametrize("kind,half,spacing", [("fp16", torch.float16, 2.0 ** -10),
+                                                ("bf16", torch.bfloat16, 2.0 ** -7)])
+def test_compression_goes_through_16_bits(kind, half, spacing):
+    # 1 + k * 2**-12 has no 16-bit representation (the spacing at 1: fp16 2**-10, bf16 2**-7): compressed, the
+    # sum travels in 16 bits and comes back exactly representable there; uncompressed it is the exact fp32 sum,
+    # which is not. Guards against a compressor that is accepted but never applied (the k/4 values above are exact).
     x = torch.full((4,), 1.0 + (R + 1) * 2.0 ** -12)
     exact = sum(1.0 + (r + 1) * 2.0 ** -12 for r in range(N))
-    plain = hvd.allreduce(x, op=hvd.Sum, name="fp16.plain")
+    plain = hvd.allreduce(x, op=hvd.Sum, name=kind + ".plain")
     assert plain.tolist() == [exact] * 4
-    assert plain.half().float().tolist() != plain.tolist()  # the exact sum needs more than half precision
-    for out in [hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16, name="fp16.one")] + \
-            hvd.grouped_allreduce([x, x.clone()], op=hvd.Sum, compression=hvd.Compression.fp16, name="fp16.grouped"):
+    assert plain.to(half).float().tolist() != plain.tolist()  # the exact sum needs more than 16 bits
+    compression = getattr(hvd.Compression, kind)
+    for out in [hvd.allreduce(x, op=hvd.Sum, compression=compression, name=kind + ".one")] + \
+            hvd.grouped_allreduce([x, x.clone()], op=hvd.Sum, compression=compression, name=kind + ".grouped"):
         assert out.dtype == torch.float32
-        assert out.half().float().tolist() == out.tolist(), out  # came through fp16
-        assert torch.allclose(out, plain, atol=N * 2.0 ** -9), (out, plain)
+        assert out.to(half).float().tolist() == out.tolist(), out  # came through 16 bits
+        assert torch.allclose(out, plain, atol=N * 2 * spacing), (out, plain)
 
 
 @pytest.mark.skipif(N & (N - 1) != 0, reason="Adasum needs a power-of-two number of ranks")

@@ -192,7 +192,8 @@ def test_gradient_predivide_factor_splits_the_average(monkeypatch):
     assert set(seen) == {(0.25, 4.0)}
 
 
-def test_fp16_compression_sends_half_and_restores_the_dtype(monkeypatch):
+@pytest.mark.parametrize("kind,half,tol", [("fp16", torch.float16, 2e-3), ("bf16", torch.bfloat16, 2e-2)])
+def test_16_bit_compression_sends_16_bits_and_restores_the_dtype(monkeypatch, kind, half, tol):
     dtypes = set()
     real = hvd_optimizer.allreduce_async_
 
@@ -202,11 +203,11 @@ def test_fp16_compression_sends_half_and_restores_the_dtype(monkeypatch):
     monkeypatch.setattr(hvd_optimizer, "allreduce_async_", recording)
     model = make_model(dtype=torch.float32)
     opt = hvd.DistributedOptimizer(SGD(model.parameters()), named_parameters=model.named_parameters(),
-                                   compression=hvd.Compression.fp16)
+                                   compression=getattr(hvd.Compression, kind))
     train(opt, model, dtype=torch.float32)
-    assert dtypes == {torch.float16}
+    assert dtypes == {half}
     assert all(p.grad.dtype == torch.float32 for p in model.parameters())
-    assert_same_params(model, reference(SGD, dtype=torch.float32), rtol=2e-3, atol=2e-3)
+    assert_same_params(model, reference(SGD, dtype=torch.float32), rtol=tol, atol=tol)
 
 
 def test_sum_op_adds_the_gradients():

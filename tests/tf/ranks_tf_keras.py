@@ -4,6 +4,7 @@ import os
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
@@ -79,3 +80,8 @@ def test_warmup_sets_learning_rate_and_save_load(tmp_path):
     model.save(path)
     loaded = hvd.load_model(path)
     assert int(loaded.optimizer.iterations.numpy()) == 2
+
+
+def test_sharded_is_refused_by_name_for_a_tf_keras_optimizer():
+    with pytest.raises(ValueError, match=r"sharded=True is built for Keras 3 optimizers only"):
+        hvd.DistributedOptimizer(tf_keras.optimizers.Adam(0.01), sharded=True)

@@ -39,7 +39,7 @@ TF_KERAS = [f for f in FILES if "tf_keras" in f]
 MAIN = [f for f in FILES if f not in TF_KERAS] + KERAS3_FILES
 NP3_ONLY = {"ranks_autotune.py", "ranks_name_scope.py", "ranks_partial.py", "ranks_promises_knobs.py",
             "ranks_stall.py", "ranks_sync_bn.py", "ranks_timeline.py", "ranks_xla_fallback.py",
-            "ranks_tf_powersgd.py"} | {
+            "ranks_tf_powersgd.py", "ranks_sharded_tape.py"} | {
     os.path.basename(f) for f in KERAS3_FILES}
 MAIN_NP2 = [f for f in MAIN if os.path.basename(f) not in NP3_ONLY]
 PROCESS_SETS = [f for f in FILES if "process_sets" in f]

@@ -86,7 +86,16 @@ class CastCompressor(Compressor):
         return cls._cast(tensor, ctx) if ctx is not None else tensor
 
 
-def compressions(is_floating, cast, fp16, bf16=None):
+class _Missing(type):
+    """The metaclass of a binding's Compression without bfloat16: asking for it says why, by name."""
+
+    def __getattr__(cls, name):
+        if name == "bf16" and cls._no_bf16:
+            raise AttributeError("Compression.bf16: %s; use Compression.fp16" % cls._no_bf16)
+        raise AttributeError("type object 'Compression' has no attribute %r" % name)
+
+
+def compressions(is_floating, cast, fp16, bf16=None, no_bf16=None):
     """A binding's compressors and its `Compression` namespace (Horovod's names): float16 and, where the
     framework has it, bfloat16 casts on the wire.
 
@@ -95,6 +104,7 @@ def compressions(is_floating, cast, fp16, bf16=None):
         cast: `cast(tensor, dtype)` of the framework.
         fp16: the framework's float16 dtype.
         bf16: its bfloat16 dtype, or None.
+        no_bf16: without bf16, why (the message of `Compression.bf16`'s AttributeError).
 
     Returns:
         tuple: (FP16Compressor, BF16Compressor or None, Compression).
@@ -111,4 +121,5 @@ def compressions(is_floating, cast, fp16, bf16=None):
                "low-rank approximation with error feedback." % ("" if bf16 is None else ", `.bf16`")}
     if bf16_cls is not None:
         members["bf16"] = bf16_cls
-    return fp16_cls, bf16_cls, type("Compression", (), members)
+    members["_no_bf16"] = None if bf16_cls is not None else no_bf16
+    return fp16_cls, bf16_cls, _Missing("Compression", (), members)

@@ -10,7 +10,7 @@ import optax
 from tfring.common import powersgd
 from tfring.common.process_sets import global_process_set
 from tfring.common.reduce_ops import Adasum, Average, Sum, resolve_op
-from tfring.jax import _powersgd
+from tfring.jax import _powersgd, _sharded
 from tfring.jax._reduce import grouped_allreduce
 from tfring.jax.compression import Compression, checked
 
@@ -66,7 +66,8 @@ def allreduce_gradients(op=Average, gradient_predivide_factor=1.0, process_set=g
 
 
 def DistributedOptimizer(optimizer, op=Average, gradient_predivide_factor=1.0, backward_passes_per_step=1,
-                         process_set=global_process_set, name=None, compression=Compression.none):
+                         process_set=global_process_set, name=None, compression=Compression.none, sharded=False,
+                         clip_by_global_norm=None):
     """Wraps an optax transformation so that it sees the gradients averaged over the ranks.
 
     Args:
@@ -79,12 +80,22 @@ def DistributedOptimizer(optimizer, op=Average, gradient_predivide_factor=1.0, b
         name: the collective's name.
         compression: `Compression.none` (default), `.fp16`, `.bf16` or `.powersgd(...)` for the gradients'
             transfer (see `allreduce_gradients`).
+        sharded: False, or True (ZeRO stage 1): each rank of the set keeps and updates the wrapped
+            transformation's state for its 1/n of the parameters (reduce-scatter the gradients, update the shard,
+            all-gather the updates; `update` then needs the params). The wrapped transformation must be element-wise
+            (docs/sharded-optimizer.md); the result's `full_state` / `shard_state` convert its state to and from
+            the unsharded layout (checkpoints that load at any size, sharded or not).
+        clip_by_global_norm: clip the averaged gradient by this global norm before the wrapped transformation
+            (as `optax.chain(optax.clip_by_global_norm(x), optimizer)`; sharded, the norm is taken across the
+            shards, which a clip inside the wrapped chain would not do).
 
     Returns:
-        optax.GradientTransformation (an optax.MultiSteps when backward_passes_per_step > 1).
+        optax.GradientTransformation (an optax.MultiSteps when backward_passes_per_step > 1; sharded, a
+        `ShardedTransformation`).
 
     Raises:
-        ValueError: a bad op, predivide factor, backward_passes_per_step or compression.
+        ValueError: a bad op, predivide factor, backward_passes_per_step, compression, clip_by_global_norm, or
+            sharded with what it does not combine with.
     """
     if not isinstance(optimizer, optax.GradientTransformation):
         raise ValueError("tfring.jax.DistributedOptimizer: expected an optax.GradientTransformation, got %s"
@@ -92,5 +103,40 @@ def DistributedOptimizer(optimizer, op=Average, gradient_predivide_factor=1.0, b
     if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
             or backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be an int > 0, got %r" % (backward_passes_per_step,))
-    tx = optax.chain(allreduce_gradients(op, gradient_predivide_factor, process_set, name, compression), optimizer)
+    if clip_by_global_norm is not None and not (isinstance(clip_by_global_norm, (int, float)) and
+                                                not isinstance(clip_by_global_norm, bool) and clip_by_global_norm > 0):
+        raise ValueError("tfring.jax.DistributedOptimizer: clip_by_global_norm=%r must be a number > 0 (or None)"
+                         % (clip_by_global_norm,))
+    if sharded is not False and sharded is not None and sharded != 0:
+        return _sharded_optimizer(optimizer, op, gradient_predivide_factor, backward_passes_per_step, process_set,
+                                  name, compression, sharded, clip_by_global_norm)
+    clip = [] if clip_by_global_norm is None else [optax.clip_by_global_norm(clip_by_global_norm)]
+    tx = optax.chain(allreduce_gradients(op, gradient_predivide_factor, process_set, name, compression), *clip,
+                     optimizer)
     return optax.MultiSteps(tx, backward_passes_per_step) if backward_passes_per_step > 1 else tx
+
+
+def _sharded_optimizer(optimizer, op, gradient_predivide_factor, backward_passes_per_step, process_set, name,
+                       compression, sharded, clip_norm):
+    """DistributedOptimizer(sharded=...): the checks, then tfring/jax/_sharded.py's transformation."""
+    who = "tfring.jax.DistributedOptimizer"
+    if sharded is not True and sharded != 1 or isinstance(sharded, float):
+        raise ValueError("%s: sharded=%r must be False or True (ZeRO stage 1; stage 2 is not built for JAX: its "
+                         "gradients are not kept between steps unless backward_passes_per_step > 1)" % (who, sharded))
+    if backward_passes_per_step != 1:
+        raise ValueError("%s: backward_passes_per_step=%r does not combine with sharded=True (optax.MultiSteps "
+                         "would keep the whole gradient and its state would not convert); use 1"
+                         % (who, backward_passes_per_step))
+    if powersgd.settings(compression) is not None:
+        raise ValueError("%s: compression=%r does not combine with sharded=True (PowerSGD reduces whole matrices; "
+                         "the sharded path reduce-scatters flat vectors)" % (who, compression))
+    checked("DistributedOptimizer", compression)
+    op = resolve_op("DistributedOptimizer", op, None)
+    if op not in (Average, Sum):
+        raise ValueError("%s: op must be Average or Sum, got %r" % (who, op))
+    if gradient_predivide_factor <= 0 or (gradient_predivide_factor != 1.0 and op != Average):
+        raise ValueError("%s: gradient_predivide_factor=%r must be > 0, and 1 unless op is Average"
+                         % (who, gradient_predivide_factor))
+    return _sharded.transformation(optimizer, op, 1.0 / gradient_predivide_factor,
+                                   gradient_predivide_factor if op == Average else 1.0, process_set, compression,
+                                   clip_norm, name)

@@ -56,7 +56,7 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=None, scale_local_gradients=True):
+                         num_groups=0, groups=None, process_set=None, scale_local_gradients=True, sharded=False):
     """Horovod's `horovod.tensorflow.DistributedOptimizer`: gradients reduced over the ranks of `process_set`.
 
     A `tf.compat.v1.train.Optimizer` (TF1-style graphs) gets a wrapper whose `compute_gradients()`, and so
@@ -80,6 +80,9 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         groups: an int (that many contiguous groups) or lists of variables, one grouped allreduce each.
         process_set: the `tfring.ProcessSet` to reduce over (default: all ranks).
         scale_local_gradients: divide local variables' gradients by the set's size (Horovod's default).
+        sharded: a Keras optimizer only: ZeRO stage 1 or 2 (`tfring.keras.DistributedOptimizer`'s `sharded`),
+            also in a custom `tf.GradientTape` loop — with a plain tape: the optimizer reduce-scatters the
+            gradients itself (docs/sharded-optimizer.md).
 
     Returns:
         The wrapping optimizer.
@@ -90,6 +93,9 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         ValueError: malformed arguments (see `tfring.keras.DistributedOptimizer`).
     """
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        if sharded:
+            raise ValueError("%s: sharded=%r needs a Keras optimizer (tf.keras.optimizers / keras.optimizers); a "
+                             "tf.compat.v1.train.Optimizer's state is not sharded" % (WHO, sharded))
         if backward_passes_per_step != 1:
             raise NotImplementedError("%s: backward_passes_per_step=%r is not supported with a "
                                       "tf.compat.v1.train.Optimizer; use 1 (or a Keras optimizer)"
@@ -114,4 +120,4 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         backward_passes_per_step=backward_passes_per_step, average_aggregated_gradients=average_aggregated_gradients,
         gradient_predivide_factor=gradient_predivide_factor, groups=groups, num_groups=num_groups,
         device_dense=device_dense, device_sparse=device_sparse, process_set=process_set,
-        scale_local_gradients=scale_local_gradients)
+        scale_local_gradients=scale_local_gradients, **({"sharded": sharded} if sharded else {}))

@@ -103,7 +103,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     """
     del model
     if getattr(optimizer, "_sharding", None) is not None:  # each rank holds a part: the whole goes around
-        return optimizer._broadcast_sharded_state(root_rank)
+        optimizer._broadcast_sharded_state(root_rank)
+        return
     sizes, groups, states = broadcast_object(_state_layout(optimizer), root_rank,
                                              name="broadcast_optimizer_state.layout", process_set=process_set)
     local_sizes = [len(group["params"]) for group in optimizer.param_groups]

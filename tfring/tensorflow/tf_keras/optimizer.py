@@ -52,17 +52,21 @@ class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.O
         name, op, compression, sparse_as_dense: as for `tfring.keras.DistributedOptimizer`.
         backward_passes_per_step, average_aggregated_gradients, gradient_predivide_factor: the same.
         groups, num_groups, process_set, device_dense, device_sparse, scale_local_gradients: the same.
+        sharded: refused (a ValueError): sharding is built for Keras 3 optimizers.
         **kwargs: tf_keras.optimizers.Optimizer's arguments (learning_rate is the inner optimizer's).
 
     Raises:
         TypeError: `optimizer` is not a tf_keras optimizer.
-        ValueError: malformed op, compression, backward_passes_per_step or groups.
+        ValueError: malformed op, compression, backward_passes_per_step or groups, or sharded.
     """
 
     def __init__(self, optimizer, name=None, op=Average, compression=Compression.none, sparse_as_dense=False,
                  backward_passes_per_step=1, average_aggregated_gradients=False, gradient_predivide_factor=1.0,
                  groups=None, num_groups=0, process_set=None, device_dense="", device_sparse="",
-                 scale_local_gradients=True, **kwargs):
+                 scale_local_gradients=True, sharded=False, **kwargs):
+        if sharded:
+            raise ValueError("%s: sharded=%r is built for Keras 3 optimizers only (tfring.keras on any backend); "
+                             "a tf_keras optimizer keeps its whole state" % (WHO, sharded))
         if isinstance(optimizer, dict):
             optimizer = tf_keras.optimizers.deserialize(copy.deepcopy(optimizer))
         if not isinstance(optimizer, optimizer_types()):
