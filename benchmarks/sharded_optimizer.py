@@ -1,8 +1,10 @@
-"""The sharded Keras optimizer (issue #46): per-rank memory and step time of tfring.keras.DistributedOptimizer(Adam)
-unsharded vs sharded=1 on train_step.py's dense model (25.2 M params: Adam's two moments are 2 x 100.8 MB), at
-np=2 and 3, on each Keras backend, all in one run:
+"""The sharded optimizers (issue #46): per-rank memory and step time of Adam unsharded vs sharded on train_step.py's
+dense model (25.2 M params: Adam's two moments are 2 x 100.8 MB), at np=2 and 3, all in one run: Keras fit on each
+backend (tfring.keras.DistributedOptimizer), tfring.jax's optax and tfring.torch's optimizers, and torch's own
+DDP + ZeroRedundancyOptimizer:
 
-    .venv/bin/python benchmarks/sharded_optimizer.py [--backends jax,torch,tensorflow] [--no-doc]
+    .venv/bin/python benchmarks/sharded_optimizer.py [--backends jax,torch,tensorflow,optax,torch-binding,ddp]
+        [--no-doc]
 
 Each case is one launch of benchmarks/sharded_job.py (one after another, so drift hits every case alike). Writes
 benchmarks/results/sharded_optimizer.json, prints the markdown table, draws docs/sharded_optimizer.png (if
@@ -28,14 +30,24 @@ DOC, PLOT = os.path.join(ROOT, "docs", "sharded-optimizer.md"), os.path.join(ROO
 MARK, END = "<!-- sharded -->", "<!-- /sharded -->"
 
 
+# What a row's "backend" names: a Keras backend (sharded_job.py), or a binding's own optimizer
+# (sharded_bindings_job.py): optax = tfring.jax, torch-binding = tfring.torch, ddp = torch DDP with
+# ZeroRedundancyOptimizer as the sharded case (torch's own anchor).
+BINDINGS = {"optax": "optax", "torch-binding": "torch", "ddp": "ddp"}
+LABELS = {"jax": "Keras on JAX", "torch": "Keras on torch", "tensorflow": "Keras on TensorFlow",
+          "optax": "tfring.jax + optax", "torch-binding": "tfring.torch", "ddp": "torch DDP + ZeroRedundancyOptimizer"}
+
+
 def launch(backend, np_, sharded, steps):
     out = tempfile.mktemp(suffix=".json")
     env = dict(os.environ, KERAS_BACKEND=backend, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
     mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    cmd = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none", sys.executable,
-           os.path.join(HERE, "sharded_job.py"), "--sharded", str(sharded), "--steps", str(steps), "--out", out]
-    print("+ KERAS_BACKEND=%s np=%d sharded=%d" % (backend, np_, sharded), flush=True)
+    job = [os.path.join(HERE, "sharded_job.py")] if backend not in BINDINGS else \
+        [os.path.join(HERE, "sharded_bindings_job.py"), "--flavour", BINDINGS[backend]]
+    cmd = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none", sys.executable] + job + [
+        "--sharded", str(sharded), "--steps", str(steps), "--out", out]
+    print("+ %s np=%d sharded=%d" % (LABELS.get(backend, backend), np_, sharded), flush=True)
     proc = subprocess.run(cmd, cwd=tempfile.gettempdir(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=900)
     if not os.path.exists(out):
@@ -45,6 +57,7 @@ def launch(backend, np_, sharded, steps):
         r = json.load(f)
     os.remove(out)
     ranks = r["ranks"]
+    r["backend"] = backend
     r.update(growth_mib=statistics.median(x["peak_after_mib"] - x["peak_before_mib"] for x in ranks),
              state_mib=statistics.median(x["optimizer_mib"] for x in ranks),
              step_s=max(x["step_s"] for x in ranks))
@@ -55,21 +68,24 @@ def launch(backend, np_, sharded, steps):
 
 def table(rows, date):
     by = {(r["backend"], r["np"], r["sharded"]): r for r in rows}
-    lines = [MARK, "", "Run of %s (`benchmarks/sharded_optimizer.py`): Keras fit, dense model (25.2 M params), Adam, "
-             "batch 32 per rank, one compute thread per rank, 2 cores. Memory per rank (median over ranks): the "
+    lines = [MARK, "", "Run of %s (`benchmarks/sharded_optimizer.py`): Keras fit on each backend, the bindings' own "
+             "optimizers (a jitted optax step, a torch loop) and torch's DDP + ZeroRedundancyOptimizer; dense model "
+             "(25.2 M params), Adam, batch 32 per rank, one compute thread per rank, 2 cores. Memory per rank (median "
+             "over ranks): the "
              "optimizer variables' bytes and the peak RSS growth from before the first step to the end; step: the "
              "slowest rank's median." % date, "",
              "| backend | np | state unsharded MiB | state sharded MiB | RSS growth unsharded MiB | RSS growth sharded "
              "MiB | saved MiB | step unsharded s | step sharded s | sharded / unsharded step |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for backend in sorted({r["backend"] for r in rows}):
+    for backend in [b for b in LABELS if b in {r["backend"] for r in rows}]:
         for np_ in sorted({r["np"] for r in rows}):
             a, b = by.get((backend, np_, 0)), by.get((backend, np_, 1))
             if not a or not b or "error" in a or "error" in b:
-                lines.append("| %s | %d | failed: %s |" % (backend, np_, (a or b or {}).get("error", "missing")))
+                lines.append("| %s | %d | failed: %s |" % (LABELS[backend], np_, (a or b or {}).get("error",
+                                                                                                 "missing")))
                 continue
             lines.append("| %s | %d | %.1f | %.1f | %.0f | %.0f | %.0f | %.3f | %.3f | %.2fx |" % (
-                backend, np_, a["state_mib"], b["state_mib"], a["growth_mib"], b["growth_mib"],
+                LABELS[backend], np_, a["state_mib"], b["state_mib"], a["growth_mib"], b["growth_mib"],
                 a["growth_mib"] - b["growth_mib"], a["step_s"], b["step_s"], b["step_s"] / a["step_s"]))
     return lines + ["", END]
 
@@ -85,7 +101,8 @@ def plot(rows):
         vals = [next((r["growth_mib"] for r in ok if (r["backend"], r["np"], r["sharded"]) == (b, n, sharded)), 0)
                 for b, n in labels]
         ax.bar([j + 0.4 * i for j in range(len(labels))], vals, 0.4, label="sharded" if sharded else "unsharded")
-    ax.set_xticks([j + 0.2 for j in range(len(labels))], ["%s np=%d" % lab for lab in labels])
+    ax.set_xticks([j + 0.2 for j in range(len(labels))], ["%s\nnp=%d" % (LABELS.get(b, b), n) for b, n in labels],
+                  fontsize=7)
     ax.set_ylabel("peak RSS growth per rank (MiB)")
     ax.set_title("Adam on a 25.2 M-parameter model: memory per rank")
     ax.legend()
@@ -95,7 +112,7 @@ def plot(rows):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--backends", default="jax,torch,tensorflow")
+    p.add_argument("--backends", default="jax,torch,tensorflow,optax,torch-binding,ddp")
     p.add_argument("--nps", default="2,3")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--no-doc", action="store_true")

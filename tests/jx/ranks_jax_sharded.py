@@ -1,6 +1,6 @@
 """tfring.jax.DistributedOptimizer(sharded=True) (ZeRO stage 1 for optax) on real ranks, under jax.jit: Adam ends
-with the unsharded DistributedOptimizer's parameters (uneven shards: 75 float32 and 5 bfloat16 weights, so every
-size pads), identical on every rank, while each rank's Adam state holds its shard only; clipping by the global norm
+with the unsharded DistributedOptimizer's parameters (uneven blocks: 75 float32 and 5 bfloat16 weights, which
+neither 2 nor 3 divides), identical on every rank, while each rank's Adam state holds its shard only; clipping by the global norm
 across the shards equals the unsharded clip; full_state() is the unsharded state, and a state sharded over a
 process set of 2 ranks loads at the world size and unsharded; bad combinations fail on every rank."""
 import jax
@@ -20,7 +20,7 @@ R, N = hvd.rank(), hvd.size()
 def make_params():
     rng = np.random.default_rng(0)
     return {"kernel": jnp.asarray(rng.normal(size=(15, 5)), jnp.float32),
-            "bias": jnp.asarray(rng.normal(size=(5,)), jnp.bfloat16)}  # a second flat vector
+            "bias": jnp.asarray(rng.normal(size=(5,)), jnp.bfloat16)}  # a second dtype
 
 
 def batch(step, rank):
@@ -61,8 +61,8 @@ def test_sharded_adam_ends_with_the_unsharded_parameters_keeping_only_its_shard(
     assert_close_everywhere(sharded, plain)
     state = hvd.DistributedOptimizer(optax.adam(0.01), sharded=True).init(make_params())
     adam = state[-1][0]  # (the unsharded DistributedOptimizer's chain: (reduction, (adam, ...)))
-    shard = [-(-5 // N), -(-75 // N)]  # the bfloat16 group, then float32 (dtype names sorted)
-    assert isinstance(adam.mu, Shards) and [m.shape for m in adam.mu] == [(shard[0],), (shard[1],)], adam.mu
+    blocks = [5 // N + (R < 5 % N), 75 // N + (R < 75 % N)]  # bias, kernel (key order); the first ranks one more
+    assert isinstance(adam.mu, Shards) and [m.shape for m in adam.mu] == [(blocks[0],), (blocks[1],)], adam.mu
     assert [str(m.dtype) for m in adam.nu] == ["bfloat16", "float32"]
 
 

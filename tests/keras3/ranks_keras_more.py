@@ -199,3 +199,31 @@ def test_sync_batch_norm_trains_like_batch_norm_on_the_global_batch():
     assert weights_equal_everywhere(model)
     for got, want in zip(model.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5)
+
+
+def test_mixed_float16_skips_an_overflowed_step_on_every_rank():
+    # Rank 1's batch overflows float16 (its gradients hold inf/NaN), the others' do not. Keras' own
+    # LossScaleOptimizer would skip the step on rank 1 only (and its reduction: a stall); the DistributedOptimizer's
+    # loss scaling skips it everywhere and halves every rank's scale, then a finite step moves every rank alike.
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1, dtype="float32")])
+        opt = hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.01),
+                                                                           initial_scale=4.0))
+        assert isinstance(opt, keras.optimizers.LossScaleOptimizer)
+        assert isinstance(opt.inner_optimizer, hvd.DistributedOptimizer)
+        assert isinstance(hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), keras.optimizers.LossScaleOptimizer)
+        model.compile(optimizer=opt, loss="mse")
+        assert model.optimizer is opt  # (compile does not wrap it again)
+        before = model.get_weights()
+        x = np.full((2, 4), 6e4 if R == 1 else 0.5, "float32")  # 6e4 * |w| * 4 > 65504: inf on rank 1
+        model.fit(x, np.zeros((2, 1), "float32"), batch_size=2, epochs=1, verbose=0)
+        for got, want in zip(model.get_weights(), before):
+            np.testing.assert_array_equal(got, want)  # skipped, on every rank
+        assert float(as_np(opt.dynamic_scale)) == 2.0, as_np(opt.dynamic_scale)
+        model.fit(np.full((2, 4), 0.5, "float32"), np.zeros((2, 1), "float32"), batch_size=2, epochs=1, verbose=0)
+        assert any(not np.array_equal(a, b) for a, b in zip(model.get_weights(), before))
+        assert weights_equal_everywhere(model)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

@@ -15,7 +15,7 @@ from tfring.common import powersgd
 from tfring.common.gradient_reducer import local_layer_variables
 from tfring.common.optimizer_delegation import InnerOptimizerDelegation
 from tfring.common.reduce_ops import Average, Sum
-from tfring.keras import _powersgd, _sharding
+from tfring.keras import _loss_scale, _powersgd, _sharding
 from tfring.keras._backend import glue
 
 _glue = glue()
@@ -34,9 +34,11 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     """Averages (op=Average) or sums (op=Sum) gradients over the ranks of process_set (default: all), then
     applies the inner optimizer. `learning_rate` and `iterations` are the inner optimizer's; on a rank outside
     the set, or in a set of one rank, gradients are applied unreduced. Given a tf_keras (Keras 2) optimizer on the
-    TensorFlow backend, the constructor returns the tf_keras wrapper instead (`tfring.tensorflow.tf_keras`). Keras on
-    JAX and torch has no sparse gradients, so sparse_as_dense changes nothing there. groups given as variable
-    lists, process_set and local variables are not part of get_config().
+    TensorFlow backend, the constructor returns the tf_keras wrapper instead (`tfring.tensorflow.tf_keras`). Under
+    the mixed_float16 policy, or given a keras.optimizers.LossScaleOptimizer, it returns a LossScaleOptimizer
+    around the DistributedOptimizer whose skip of a non-finite step is agreed by every rank of the set
+    (`tfring.keras._loss_scale`). Keras on JAX and torch has no sparse gradients, so sparse_as_dense changes
+    nothing there. groups given as variable lists, process_set and local variables are not part of get_config().
 
     Args:
         optimizer: the Keras optimizer that applies the reduced gradients (or its config dict).
@@ -75,6 +77,12 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         wrapper = _glue.tf_keras_wrapper(optimizer)
         if wrapper is not None:
             return wrapper(optimizer, *args, **kwargs)
+        if optimizer is not None and _loss_scale.wanted(optimizer):
+            # Loss scaling goes outside, its skip decided by every rank (tfring/keras/_loss_scale.py).
+            scaling = optimizer if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else None
+            distributed = super().__new__(cls)
+            distributed.__init__(optimizer if scaling is None else scaling.inner_optimizer, *args, **kwargs)
+            return _loss_scale.wrap(distributed, scaling)
         return super().__new__(cls)
 
     def __init__(self, optimizer, name=None, op=Average, compression=_glue.Compression.none, sparse_as_dense=False,
@@ -248,7 +256,9 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     def from_config(cls, config, custom_objects=None):
         config = copy.deepcopy(config)
         inner = keras.saving.deserialize_keras_object(config.pop("optimizer"), custom_objects=custom_objects)
-        return cls(inner, **config)
+        restored = super(DistributedOptimizer, cls).__new__(cls)  # (its loss scaling is restored around it)
+        restored.__init__(inner, **config)
+        return restored
 
 
 def _sharded_stage(sharded, optimizer, backward_passes_per_step, groups, gradient_predivide_factor):
