@@ -1,8 +1,9 @@
 """tfring.jax.DistributedOptimizer(sharded=True) (ZeRO stage 1 for optax) on real ranks, under jax.jit: Adam ends
 with the unsharded DistributedOptimizer's parameters (uneven blocks: 75 float32 and 5 bfloat16 weights, which
-neither 2 nor 3 divides), identical on every rank, while each rank's Adam state holds its shard only; clipping by the global norm
-across the shards equals the unsharded clip; full_state() is the unsharded state, and a state sharded over a
-process set of 2 ranks loads at the world size and unsharded; bad combinations fail on every rank."""
+neither 2 nor 3 divides), identical on every rank, while each rank's Adam state holds its blocks only; clipping by
+the global norm across the blocks equals the unsharded clip; full_state() is the unsharded state, and a state
+sharded over a process set of 2 ranks loads at the world size and unsharded; bad combinations fail on every
+rank."""
 import jax
 import jax.numpy as jnp
 import numpy as np
