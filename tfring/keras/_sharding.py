@@ -89,7 +89,7 @@ class Layout:
         pad = length - sum(hi - lo for _, lo, hi in pieces)
         if pad:
             parts.append(ops.zeros((pad,), dtype=bucket["dtype"]))
-        return ops.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+        return concat(parts)
 
     def flat(self, bucket, values):
         """The bucket's flat vector of `values` (one per variable), padded to size * shard."""
@@ -104,6 +104,15 @@ class Layout:
         parts = [np.asarray(values[i]).reshape(-1)[lo:hi] for i, lo, hi in bucket["pieces"]]
         parts.append(np.zeros(bucket["shard"] * self.size - bucket["length"], dtype=bucket["dtype"]))
         return np.concatenate(parts)
+
+
+def concat(parts):
+    """1-D pieces end to end. As rows of one: XLA's CPU concatenate of 1-D vectors copies at ~0.2 GB/s on one
+    thread, of (1, n) rows along axis 1 at memcpy speed (jitted, 84 MB: 0.26 s against 0.055 s); the other
+    backends copy either alike."""
+    if len(parts) == 1:
+        return parts[0]
+    return ops.reshape(ops.concatenate([ops.reshape(p, (1, -1)) for p in parts], axis=1), (-1,))
 
 
 def check_inner(who, optimizer):
@@ -194,8 +203,7 @@ class Sharding:
                     continue
                 parts.setdefault(i, []).append(piece)
                 if hi == self.layout.counts[i]:
-                    got = parts.pop(i)
-                    whole = ops.concatenate(got, axis=0) if len(got) > 1 else got[0]
+                    whole = concat(parts.pop(i))
                     variables[i].assign(ops.reshape(whole, self.layout.shapes[i]))
 
     def clip_scale(self, shards, clipnorm):
