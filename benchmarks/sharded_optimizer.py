@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from doc_block import pyplot, replace_block  # noqa: E402
+from tfring.runner.mpirun import huge_pages  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "sharded_optimizer.json")
 DOC, PLOT = os.path.join(ROOT, "docs", "sharded-optimizer.md"), os.path.join(ROOT, "docs", "sharded_optimizer.png")
@@ -41,7 +42,8 @@ LABELS = {"jax": "Keras on JAX", "torch": "Keras on torch", "tensorflow": "Keras
 def launch(backend, np_, sharded, steps):
     out = tempfile.mktemp(suffix=".json")
     env = dict(os.environ, KERAS_BACKEND=backend, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+               TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1",
+               GLIBC_TUNABLES=huge_pages(os.environ.get("GLIBC_TUNABLES")))  # what tfringrun gives its ranks
     mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
     job = [os.path.join(HERE, "sharded_job.py")] if backend not in BINDINGS else \
         [os.path.join(HERE, "sharded_bindings_job.py"), "--flavour", BINDINGS[backend]]

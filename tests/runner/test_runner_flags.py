@@ -325,3 +325,13 @@ def test_start_timeout_from_environment_and_default():
     assert deadline(["-H", "h1:1,h2:1", "--start-timeout", "0"], {}) == 0
     with pytest.raises(UsageError, match="TFRING_START_TIMEOUT='soon'"):
         deadline(["-np", "1"], {"TFRING_START_TIMEOUT": "soon"})
+
+
+@pytest.mark.parametrize("given,want", [(None, "glibc.malloc.hugetlb=1"),
+                                        ("glibc.malloc.arena_max=2", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"),
+                                        ("glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0")])
+def test_ranks_get_huge_pages_for_large_allocations_unless_told_otherwise(given, want):
+    args = parse(["-np", "2", "python", "x.py"])
+    cmd, env = plan(args, {} if given is None else {"GLIBC_TUNABLES": given})
+    assert env["GLIBC_TUNABLES"] == want
+    assert ["-x", "GLIBC_TUNABLES"] in [cmd[i:i + 2] for i in range(len(cmd) - 1)]  # forwarded to every host

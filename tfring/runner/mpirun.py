@@ -197,6 +197,28 @@ def ssh_args(args):
     return out
 
 
+# glibc serves allocations above its mmap ceiling (32 MiB at most: a large collective's output, XLA's and
+# TensorFlow's buffers) as fresh mappings, page-faulted 4 KiB at a time on every use: 24,589 faults and 59 ms of
+# kernel time per call for a jitted JAX all-gather of 100 MB at np=2 here. With transparent huge pages on madvise
+# (the kernels' default), glibc's hugetlb=1 asks for 2 MiB pages there: 572 faults, the call 87 -> 31 ms
+# (docs/benchmarks.md). The ranks get it unless GLIBC_TUNABLES already says hugetlb (glibc < 2.35 ignores it).
+HUGE_PAGES = "glibc.malloc.hugetlb=1"
+
+
+def huge_pages(tunables):
+    """GLIBC_TUNABLES for the ranks: the given ones, with glibc.malloc.hugetlb=1 unless they set hugetlb.
+
+    Args:
+        tunables: the launcher's GLIBC_TUNABLES, or None.
+
+    Returns:
+        str
+    """
+    if tunables and "glibc.malloc.hugetlb" in tunables:
+        return tunables
+    return tunables + ":" + HUGE_PAGES if tunables else HUGE_PAGES
+
+
 def plan(args, environ=None):
     """The mpirun command line and its environment for parsed args.
 
@@ -237,6 +259,7 @@ def plan(args, environ=None):
         cmd += ["--prtemca", "plm_ssh_args", " ".join(ssh)]
     env.update(knob_env(args))
     env.update(metrics_env(env))
+    env["GLIBC_TUNABLES"] = huge_pages(env.get("GLIBC_TUNABLES"))
     if getattr(args, "commit_dir", None):
         env["TFRING_COMMIT_DIR"] = args.commit_dir  # (the knob table's row; the flag wins)
     command = rank_command(args)
