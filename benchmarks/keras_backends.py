@@ -1,7 +1,7 @@
 """Keras training step on every Keras 3 backend (issue #29): tfring.keras vs the backend's own data-parallel
 option vs the no-collective ceiling, np=1 (pinned to one core) and np=2, all in one run:
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/keras_backends.py --runs 1 [--backends jax,torch] [--no-doc]
+    .venv/bin/python benchmarks/keras_backends.py --runs 1 [--backends jax,torch] [--no-doc]
 
 Each run launches benchmarks/keras_backends_job.py once per (backend, impl, np), one job after another, so drift
 on this noisy 2-core machine hits every case alike. Writes benchmarks/results/keras_backends.json (every job of
@@ -25,6 +25,7 @@ ROOT = os.path.dirname(HERE)
 JOB = os.path.join(HERE, "keras_backends_job.py")
 sys.path.insert(0, HERE)
 from doc_block import replace_block  # noqa: E402
+from tfring.runner.mpirun import huge_pages  # noqa: E402
 RESULTS = os.path.join(HERE, "results", "keras_backends.json")
 PLOT = os.path.join(ROOT, "docs", "keras_backends.png")
 DOC = os.path.join(ROOT, "docs", "benchmarks-frameworks.md")
@@ -39,8 +40,11 @@ LABEL = {"none": "no collective, Keras fit (ceiling)", "tfring": "tfring.keras D
 
 
 def launch(backend, impl, np_, steps, out, env=None):
-    env = dict(os.environ, **(env or {}), KERAS_BACKEND=backend, PYTHONPATH=ROOT, OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+    # The source tree's tfring where it is built in place (setup.py build_ext --inplace), else the installed one.
+    tree = {"PYTHONPATH": ROOT} if os.path.exists(os.path.join(ROOT, "tfring", "libtfring_core.so")) else {}
+    env = dict(os.environ, **(env or {}), **tree, KERAS_BACKEND=backend, OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1",
+               GLIBC_TUNABLES=huge_pages(os.environ.get("GLIBC_TUNABLES")))  # every impl as tfringrun's ranks
     mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
     cmd = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none", sys.executable, JOB, "--impl", impl,
            "--steps", str(steps), "--out", out] + (["--one-core"] if np_ == 1 else [])

@@ -33,11 +33,16 @@ def test_sharded_adam_trains_to_the_single_process_weights_keeping_only_its_part
     assert counts == ([[40], [3, 8, 24]] if N == 2 else [[40], [24], [3, 8]]), counts
 
 
-def test_state_dict_is_the_unsharded_layout_at_any_size_and_loads_either_way():
+def trained():
+    """A model trained with a sharded Adam, and the optimizer's state_dict (the unsharded layout)."""
     model = make_model()
     opt = sharded_adam(model)
     train(opt, model)
-    full = opt.state_dict()
+    return model, opt.state_dict()
+
+
+def test_state_dict_is_the_unsharded_layout_at_any_size_and_loads_either_way():
+    model, full = trained()
     plain_model = make_model()
     plain = ADAM(plain_model.parameters())
     reference(lambda _: plain, model=plain_model)
@@ -67,10 +72,7 @@ def test_state_dict_is_the_unsharded_layout_at_any_size_and_loads_either_way():
 
 def test_a_checkpoint_loaded_on_rank_0_alone_reaches_every_part_by_broadcast_optimizer_state():
     # Horovod's pattern: rank 0 loads, broadcast_optimizer_state hands the rest out; each rank keeps its part.
-    model = make_model()
-    opt = sharded_adam(model)
-    train(opt, model)
-    full = opt.state_dict()
+    model, full = trained()
     model2 = make_model()
     model2.load_state_dict(model.state_dict())
     again = sharded_adam(model2)
