@@ -111,3 +111,6 @@ def test_what_sharding_cannot_do_is_refused_by_name():
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), sharded=2), loss="mse")
     with pytest.raises(ValueError, match="the optimizer is sharded=2, which elastic Keras jobs do not support"):
         hvd.elastic.KerasState(model, batch=0)
+    scaled = hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.01)), sharded=True)
+    with pytest.raises(ValueError, match="the optimizer is sharded=1"):  # (inside mixed_float16's loss scaling too)
+        hvd.elastic.KerasState(model, optimizer=scaled, batch=0)

@@ -34,7 +34,8 @@ class KerasState(VariablesState):
     _default_bcast_object = staticmethod(ObjectState._default_bcast_object)
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
-        sharded = getattr(optimizer if optimizer is not None else getattr(model, "optimizer", None), "sharded", 0)
+        sharded = getattr(_distributed(optimizer if optimizer is not None else getattr(model, "optimizer", None)),
+                          "sharded", 0)
         if sharded:
             # A commit would keep each rank's shard only, and the shards' sizes follow the job's size; said by
             # name rather than restoring a dead rank's shard from another's (docs/sharded-optimizer.md).
@@ -47,7 +48,7 @@ class KerasState(VariablesState):
         glue().broadcast_variables(variables, 0, None)
         # PowerSGD's error is each rank's own residual: rank 0's, now on every rank, would count n times in the next
         # step. It starts again from zero (Q, the same everywhere after the broadcast, is kept).
-        for error in getattr(getattr(self.optimizer, "_powersgd", None), "errors", {}).values():
+        for error in getattr(getattr(_distributed(self.optimizer), "_powersgd", None), "errors", {}).values():
             error.assign(keras.ops.zeros_like(error.value))
 
     def _to_numpy(self, variable):
@@ -56,6 +57,12 @@ class KerasState(VariablesState):
 
     def _before_save(self):
         glue().sync_model_state(self.model)
+
+
+def _distributed(optimizer):
+    """The DistributedOptimizer itself, also inside the loss scaling tfring puts around it (mixed_float16)."""
+    return getattr(optimizer, "inner_optimizer", optimizer) if isinstance(
+        optimizer, keras.optimizers.LossScaleOptimizer) else optimizer
 
 
 _CALLBACKS = ("CommitStateCallback", "UpdateBatchStateCallback", "UpdateEpochStateCallback")
