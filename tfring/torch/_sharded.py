@@ -107,12 +107,10 @@ class Sharding:
             state_dict: this rank's state_dict() (its "state" holds its parameters' entries, by position).
 
         Returns:
-            dict: the state_dict with every parameter's state.
+            dict: the state_dict with every parameter's state (the set's first rank's entries winning where a
+            load kept more than a rank's part; its hyperparameters, which every rank shares).
         """
-        merged = {}
-        for part in allgather_object(state_dict["state"], name="sharded.state_dict", process_set=self.process_set):
-            merged.update(part)
-        return dict(state_dict, state=dict(sorted(merged.items())))
+        return merged_state(state_dict, members_of(self.process_set)[0], self.process_set)
 
     def drop_others(self, state):
         """Forgets the state of the parameters this rank does not own (after loading an unsharded layout)."""
@@ -138,8 +136,7 @@ def merged_state(local, root_rank, process_set):
     if root_rank not in members:
         raise ValueError("broadcast_optimizer_state: root_rank %r is not a rank of the sharded optimizer's set %s"
                          % (root_rank, members))
-    parts = allgather_object((local["state"], local["param_groups"]), name="sharded.broadcast_state",
-                             process_set=process_set)
+    parts = allgather_object((local["state"], local["param_groups"]), name="sharded.state", process_set=process_set)
     root = members.index(root_rank)
     merged = {}
     for i, (state, _) in enumerate(parts):
