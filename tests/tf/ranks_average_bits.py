@@ -1,8 +1,9 @@
 """Average's values, bit for bit, on every rank. At np=2 a float32/float64 Average is folded into the reduction (an MPI
 op that halves as it adds: no division pass afterwards); it must give the bits that summing and then dividing
 give: numpy's (a + b) / 2 of the gathered inputs, exactly, including infinities, NaN, huge values whose sum
-overflows and subnormal results. At other sizes the sum's order is MPI's, so values are compared to a tolerance;
-every rank must still hold the same bits."""
+overflows and subnormal results. At other sizes the sum's order is MPI's (it may differ per segment), so values
+are compared within summation's error bound, a few eps of sum(|x|) / N: relative to the result alone, a sum whose
+terms cancel can differ by far more (seen: 1.4e-6 at np=3); every rank must still hold the same bits."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -44,7 +45,10 @@ def check(out, all_ranks, dtype):
         np.testing.assert_array_equal(got, want)  # bits, NaN where numpy has NaN
         return
     finite = np.isfinite(want) & (np.abs(want) < np.finfo(dtype).max / 4) & (np.abs(want) > np.finfo(dtype).tiny)
-    np.testing.assert_allclose(got[finite], want[finite], rtol=4 * np.finfo(dtype).eps)
+    with np.errstate(over="ignore"):
+        magnitude = sum(np.abs(x.astype(np.float64)) for x in all_ranks) / N
+    bound = 4 * np.finfo(dtype).eps * magnitude[finite]
+    assert np.all(np.abs(got[finite].astype(np.float64) - want[finite]) <= bound), "outside the summation bound"
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
