@@ -31,22 +31,30 @@ PLOT = os.path.join(ROOT, "docs", "keras_backends.png")
 DOC = os.path.join(ROOT, "docs", "benchmarks-frameworks.md")
 MARK, END = "<!-- keras-backends -->", "<!-- /keras-backends -->"
 IMPLS = {"tensorflow": ("none", "tfring", "own"), "jax": ("none", "tfring", "own"),
-         "torch": ("none", "tfring", "own_none", "own")}
+         "torch": ("none", "tfring", "own_none", "own"), "torch-nightly": ("none", "tfring", "keras_dp")}
 OWN = {"tensorflow": "MultiWorkerMirroredStrategy, Keras fit",
        "jax": "keras.distribution.DataParallel + jax.distributed (gloo), Keras fit",
-       "torch": "DistributedDataParallel (gloo), custom loop"}
+       "torch": "DistributedDataParallel (gloo), custom loop",
+       "torch-nightly": "keras.distribution.DataParallel (torch DDP, gloo), Keras fit"}
+# "torch-nightly": the torch backend under keras-nightly (3.16 dev), the first Keras with its own torch data
+# parallel; its interpreter comes from benchmarks/build_keras_nightly_env.sh (same torch, mpi4py and tfring).
+NIGHTLY_PYTHON = os.path.expanduser("~/keras-nightly-env/bin/python")
 LABEL = {"none": "no collective, Keras fit (ceiling)", "tfring": "tfring.keras DistributedOptimizer, Keras fit",
          "own_none": "no collective, custom loop (DDP's ceiling)"}
 
 
 def launch(backend, impl, np_, steps, out, env=None):
+    python = NIGHTLY_PYTHON if backend == "torch-nightly" else sys.executable
+    if not os.path.exists(python):
+        return {"backend": backend, "impl": impl, "np": np_, "error": "no %s: run benchmarks/"
+                "build_keras_nightly_env.sh (or --keras-nightly-python)" % python}
     # The source tree's tfring where it is built in place (setup.py build_ext --inplace), else the installed one.
     tree = {"PYTHONPATH": ROOT} if os.path.exists(os.path.join(ROOT, "tfring", "libtfring_core.so")) else {}
-    env = dict(os.environ, **(env or {}), **tree, KERAS_BACKEND=backend, OMPI_ALLOW_RUN_AS_ROOT="1",
+    env = dict(os.environ, **(env or {}), **tree, KERAS_BACKEND=backend.split("-")[0], OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1",
                GLIBC_TUNABLES=huge_pages(os.environ.get("GLIBC_TUNABLES")))  # every impl as tfringrun's ranks
     mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    cmd = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none", sys.executable, JOB, "--impl", impl,
+    cmd = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none", python, JOB, "--impl", impl,
            "--steps", str(steps), "--out", out] + (["--one-core"] if np_ == 1 else [])
     print("+ KERAS_BACKEND=%s %s" % (backend, " ".join(cmd[5:])), flush=True)
     if os.path.exists(out):
@@ -62,6 +70,7 @@ def launch(backend, impl, np_, steps, out, env=None):
         return {"backend": backend, "impl": impl, "np": np_, "error": tail.strip().splitlines()[-1][:300]}
     with open(out) as f:
         r = json.load(f)
+    r["backend"] = backend  # the row's key ("torch-nightly" runs KERAS_BACKEND=torch)
     print("  ", r.get("error") or "%.1f ms/step, ranks used %.2f-%.2f cores" % (
         r["step_ms"], r["cores_used_min"], r["cores_used_max"]), flush=True)
     return r
@@ -116,7 +125,8 @@ def table(rows, meta):
     tf_rows = {(r["backend"], r["impl"]): r for r in rows}
     runs = lambda v: " (%s)" % ", ".join("%.2f" % x for x in v) if len(v) > 1 else ""  # noqa: E731
     for r in rows:
-        label = OWN[r["backend"]] if r["impl"] == "own" else LABEL.get(r["impl"])
+        own = r["impl"] in ("own", "keras_dp")
+        label = OWN[r["backend"]] if own else LABEL.get(r["impl"])
         if r["impl"] == "serial":  # the bound row
             lines.append("| %s | (bound) ceiling's step + raw MPI in-place allreduce of each gradient (%.0f ms), "
                          "serial | | | | | %.2f | |" % (r["backend"], r["mpi_ms"], r["of_ceiling"]))
@@ -126,7 +136,7 @@ def table(rows, meta):
             continue
         t = tf_rows.get((r["backend"], "tfring"))
         vs = ("%.2f" % (t["np2_samples_per_sec"] / r["np2_samples_per_sec"])
-              if t and "error" not in t and r["impl"] == "own" else "")
+              if t and "error" not in t and own else "")
         lines.append("| %s | %s | %.1f | %.1f | %.0f | %.2f%s | %s | %s |" % (
             r["backend"], label, r["np1_samples_per_sec"], r["np2_samples_per_sec"], r["np2_step_ms"],
             r["efficiency"], runs(r["efficiency_runs"]),
@@ -144,9 +154,10 @@ def plot(rows, path):
     fig, ax = plt.subplots(figsize=(8, 4))
     backends = list(IMPLS)
     for k, impl in enumerate(("none", "own_none", "tfring", "own")):
+        impls = (impl, "keras_dp") if impl == "own" else (impl,)
         xs, ys = [], []
         for i, b in enumerate(backends):
-            r = next((r for r in rows if r["backend"] == b and r["impl"] == impl and "error" not in r), None)
+            r = next((r for r in rows if r["backend"] == b and r["impl"] in impls and "error" not in r), None)
             if r:
                 xs.append(i + (k - 1.5) * 0.2)
                 ys.append(r["efficiency"])
@@ -212,14 +223,18 @@ def timeline_ms(path, steps):
 
 
 def main():
+    global NIGHTLY_PYTHON
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--backends", default="tensorflow,jax,torch")
+    parser.add_argument("--backends", default="tensorflow,jax,torch,torch-nightly")
+    parser.add_argument("--keras-nightly-python", default=NIGHTLY_PYTHON,
+                        help="the torch-nightly rows' interpreter (benchmarks/build_keras_nightly_env.sh)")
     parser.add_argument("--merge", action="store_true", help="summarise with the runs already in the JSON")
     parser.add_argument("--no-doc", action="store_true")
     parser.add_argument("--profile", action="store_true", help="only the tfring settings probe (see profile())")
     args = parser.parse_args()
+    NIGHTLY_PYTHON = args.keras_nightly_python
     if args.profile:
         return profile(args.steps)
     old = []

@@ -9,6 +9,8 @@ params) on the backend Keras runs on (KERAS_BACKEND=tensorflow|jax|torch), one c
                loop (Keras' guide "distributed training with PyTorch"). TensorFlow: MultiWorkerMirroredStrategy
                + Keras fit.
 --impl own_none: torch only: the same custom loop with no DDP (that loop's own ceiling).
+--impl keras_dp: torch only, keras-nightly (3.16 dev): keras.distribution.DataParallel, Keras fit (torch DDP over
+               gloo on 127.0.0.1 underneath, set up by keras.distribution.initialize from MASTER_ADDR/RANK/...).
 --impl mpi:    no training: mpi4py's in-place Allreduce (sum) of each of the model's gradients (float32, 25.2 M
                parameters in all) in calls of at most 16 MiB, as tfring reduces them, timed per step (what MPI
                itself takes for one step's gradients); also "per_gradient_one_call_ms" (each gradient in one call)
@@ -28,7 +30,7 @@ import time
 import traceback
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--impl", choices=("tfring", "none", "own", "own_none", "mpi"), required=True)
+parser.add_argument("--impl", choices=("tfring", "none", "own", "own_none", "keras_dp", "mpi"), required=True)
 parser.add_argument("--batch-size", type=int, default=64, help="per rank")
 parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--one-core", action="store_true", help="pin to CPU 0 (the np=1 baseline)")
@@ -99,6 +101,7 @@ import keras  # noqa: E402
 FEATURES, CLASSES = 1024, 10
 CPU = {}  # process CPU time and wall time when the timed steps start: cores used = their ratio
 EXTRA = {}  # further measurements of the impl, into the result
+MODELS = []  # the fitted model (checks after the timing)
 
 
 def build_model():
@@ -141,6 +144,7 @@ def fit_times(optimizer, scope=None):
     timer = StepTimer()
     CPU.update(cpu=time.process_time(), wall=time.perf_counter())
     model.fit(x, y, batch_size=ARGS.batch_size, epochs=1, verbose=0, shuffle=False, callbacks=[timer])
+    MODELS.append(model)
     return timer.times
 
 
@@ -186,6 +190,27 @@ def torch_loop_times(ddp):
     return times
 
 
+def keras_dp_times():
+    """Keras' own torch data parallel (keras-nightly): DDP wraps the model inside fit, gloo on 127.0.0.1."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_ports(1)[0]), RANK=str(COMM.rank),
+                      WORLD_SIZE=str(COMM.size), LOCAL_RANK=str(COMM.rank), GLOO_SOCKET_IFNAME="lo")
+    if not hasattr(keras.distribution, "DataParallel") or keras.version() < "3.16":
+        raise RuntimeError("keras %s has no torch DataParallel: run benchmarks/build_keras_nightly_env.sh"
+                           % keras.version())
+    keras.distribution.initialize()
+    dist = keras.distribution.DataParallel(devices=keras.distribution.list_devices())
+    dist.auto_shard_dataset = False  # each process feeds its own 64 samples, as with the other options
+    keras.distribution.set_distribution(dist)
+    times = fit_times(keras.optimizers.SGD(0.001))
+    import torch.distributed
+    torch.distributed.destroy_process_group()
+    # It really ran data parallel: fit wrapped the model in DDP, and every rank ends with the same weights.
+    weights = np.concatenate([np.ravel(keras.ops.convert_to_numpy(w)) for w in MODELS[0].weights])
+    EXTRA.update(ddp_wrapped=MODELS[0].ddp_model is not None,
+                 same_weights_on_every_rank=all(np.array_equal(weights, w) for w in COMM.allgather(weights)))
+    return times
+
+
 def mpi_times():
     """Per step: each gradient in place in calls of at most 16 MiB (as tfring by default; timed), each in one call,
     and all of them as one buffer in one call (into EXTRA)."""
@@ -227,6 +252,8 @@ def run():
         import tfring.keras as hvd
         hvd.init()
         return fit_times(hvd.DistributedOptimizer(keras.optimizers.SGD(0.001)))
+    if BACKEND == "torch" and ARGS.impl == "keras_dp":
+        return keras_dp_times()
     if BACKEND == "torch":
         return torch_loop_times(ddp=ARGS.impl == "own")
     if ARGS.impl == "own_none":
