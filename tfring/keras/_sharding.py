@@ -44,9 +44,9 @@ class Layout:
         bucket_bytes: the most bytes of one bucket (default BUCKET_BYTES).
     """
 
-    def __init__(self, variables, rank, size, bucket_bytes=None):
+    def __init__(self, variables, rank, size, bucket_bytes=None, per_variable=False):
         bucket_bytes = bucket_bytes or BUCKET_BYTES
-        self.rank, self.size = rank, size
+        self.rank, self.size, self.per_variable = rank, size, per_variable
         self.shapes = [tuple(v.shape) for v in variables]
         self.dtypes = [str(v.dtype) for v in variables]
         self.counts = [int(math.prod(shape)) for shape in self.shapes]
@@ -54,6 +54,13 @@ class Layout:
         by_dtype = {}
         for i, v in enumerate(variables):
             by_dtype.setdefault(str(v.dtype), []).append(i)
+        if per_variable:  # one bucket per variable, cut like reducescatter's rows: no padding, no concatenation
+            for i, count in enumerate(self.counts):
+                b = {"dtype": self.dtypes[i], "pieces": [(i, 0, count)], "length": count,
+                     "blocks": tuple(count // size + (r < count % size) for r in range(size))}
+                self.buckets.append(b)
+                self._place(b)
+            return
         for dtype, indexes in by_dtype.items():
             limit = max(size, bucket_bytes // np.dtype(dtype).itemsize)
             bucket = None
@@ -70,8 +77,16 @@ class Layout:
                         break
                     lo = hi
         for b in self.buckets:
-            b["shard"] = max(1, -(-b["length"] // size))
-            b["mine"] = self._within(b, rank * b["shard"], (rank + 1) * b["shard"])
+            s = max(1, -(-b["length"] // size))
+            b["blocks"] = (s,) * size
+            self._place(b)
+
+    def _place(self, bucket):
+        """This rank's start, shard length and pieces from the bucket's blocks (every rank's shard length)."""
+        blocks = bucket["blocks"]
+        bucket["start"], bucket["shard"] = sum(blocks[:self.rank]), blocks[self.rank]
+        bucket["total"] = sum(blocks)
+        bucket["mine"] = self._within(bucket, bucket["start"], bucket["start"] + bucket["shard"])
 
     @staticmethod
     def _within(bucket, start, end):
@@ -85,15 +100,15 @@ class Layout:
         return out
 
     def _concat(self, bucket, pieces, values, length):
-        parts = [ops.reshape(values[i], (-1,))[lo:hi] for i, lo, hi in pieces]
+        parts = [_slice(ops.reshape(values[i], (-1,)), lo, hi, self.counts[i]) for i, lo, hi in pieces]
         pad = length - sum(hi - lo for _, lo, hi in pieces)
-        if pad:
+        if pad or not parts:
             parts.append(ops.zeros((pad,), dtype=bucket["dtype"]))
         return concat(parts)
 
     def flat(self, bucket, values):
-        """The bucket's flat vector of `values` (one per variable), padded to size * shard."""
-        return self._concat(bucket, bucket["pieces"], values, bucket["shard"] * self.size)
+        """The bucket's flat vector of `values` (one per variable), padded to every rank's blocks."""
+        return self._concat(bucket, bucket["pieces"], values, bucket["total"])
 
     def mine(self, bucket, values):
         """This rank's shard of the bucket's flat vector of `values`, built from those slices only."""
@@ -102,8 +117,12 @@ class Layout:
     def numpy_flat(self, bucket, values):
         """flat() of numpy values, in numpy (checkpoints)."""
         parts = [np.asarray(values[i]).reshape(-1)[lo:hi] for i, lo, hi in bucket["pieces"]]
-        parts.append(np.zeros(bucket["shard"] * self.size - bucket["length"], dtype=bucket["dtype"]))
+        parts.append(np.zeros(bucket["total"] - bucket["length"], dtype=bucket["dtype"]))
         return np.concatenate(parts)
+
+
+def _slice(flat, lo, hi, count):
+    return flat if (lo, hi) == (0, count) else flat[lo:hi]  # whole: no slice op (XLA may copy one)
 
 
 def concat(parts):
@@ -150,9 +169,12 @@ class Sharding:
         compression: the binding's Compression class member for the wire.
         write_flat: the backend's in-place write of elements [lo, hi) of a variable's flat view (torch), or None:
             then a variable is assigned whole (its pieces concatenated first).
+        per_variable: each variable its own bucket, cut like reducescatter's rows, and one grouped reduce-scatter
+            and all-gather per step (JAX: XLA copies every concatenation and slice inside the jitted step, which
+            buckets pay twice per step; measured in docs/sharded-optimizer.md).
     """
 
-    def __init__(self, owner, variables, binding, op, process_set, compression, write_flat=None):
+    def __init__(self, owner, variables, binding, op, process_set, compression, write_flat=None, per_variable=False):
         from tfring.common import topology
         self.binding, self.op, self.compression, self.write_flat = binding, op, compression, write_flat
         self.kwargs = {} if process_set is None else {"process_set": process_set}
@@ -161,7 +183,7 @@ class Sharding:
         if rank is None or rank < 0:
             raise ValueError("tfring.keras.DistributedOptimizer: sharded on a rank outside process_set %r"
                              % (process_set,))
-        self.layout = Layout(variables, rank, size)
+        self.layout = Layout(variables, rank, size, per_variable=per_variable)
         self.params = [owner.add_variable((b["shard"],), dtype=b["dtype"], initializer="zeros",
                                           name="param_shard_%d" % k) for k, b in enumerate(self.layout.buckets)]
 
@@ -169,6 +191,11 @@ class Sharding:
         """The averaged (or summed) shards of the gradients, one per bucket."""
         grads = [ops.zeros(s, dtype=d) if g is None else g
                  for g, s, d in zip(grads, self.layout.shapes, self.layout.dtypes)]
+        if self.layout.per_variable:
+            wire = [self.compression.compress(self.layout.flat(b, grads)) for b in self.layout.buckets]
+            shards = self.binding.grouped_reducescatter([w for w, _ in wire], name="sharded.grads", op=self.op,
+                                                        **self.kwargs)
+            return [self.compression.decompress(s, ctx) for s, (_, ctx) in zip(shards, wire)]
         out = []
         for k, b in enumerate(self.layout.buckets):
             wire, ctx = self.compression.compress(self.layout.flat(b, grads))
@@ -192,12 +219,17 @@ class Sharding:
 
     def store_params(self, variables):
         """All-gathers the updated shards into the model's variables (each assigned once it is whole)."""
-        parts = {}
-        for k, (b, p) in enumerate(zip(self.layout.buckets, self.params)):
-            full = self.binding.allgather(p.value, name="sharded.params.%d" % k, **self.kwargs)
+        parts, buckets = {}, self.layout.buckets
+        if self.layout.per_variable:
+            fulls = self.binding.grouped_allgather([p.value for p in self.params], name="sharded.params",
+                                                   sizes=[b["blocks"] for b in buckets], **self.kwargs)
+        else:
+            fulls = (self.binding.allgather(p.value, name="sharded.params.%d" % k, **self.kwargs)
+                     for k, p in enumerate(self.params))
+        for b, full in zip(buckets, fulls):
             at = 0
             for i, lo, hi in b["pieces"]:
-                piece, at = full[at:at + hi - lo], at + hi - lo
+                piece, at = _slice(full, at, at + hi - lo, b["total"]), at + hi - lo
                 if self.write_flat is not None:  # in place: no whole-variable temporary
                     self.write_flat(variables[i], lo, hi, piece)
                     continue
@@ -268,7 +300,7 @@ class Sharding:
     def reshard(self, values, shards):
         """Assigns this rank's shard of per-variable numpy `values` to the shard variables."""
         for b, shard in zip(self.layout.buckets, shards):
-            start = self.layout.rank * b["shard"]
+            start = b["start"]
             shard.assign(self.layout.numpy_flat(b, values)[start:start + b["shard"]])
 
 

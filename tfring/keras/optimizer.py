@@ -154,7 +154,8 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     def build(self, var_list):
         if self.sharded:
             self._sharding = _sharding.Sharding(self, var_list, _glue.binding, self.op, self.process_set,
-                                                self.compression, getattr(_glue, "write_flat", None))
+                                                self.compression, getattr(_glue, "write_flat", None),
+                                                getattr(_glue, "shard_per_variable", False))
             self.inner_optimizer.build(self._sharding.params)
             super().build(var_list)
             return

@@ -12,6 +12,8 @@ from tfring.keras import _reducer
 from tfring.keras._backend._eager_defaults import (EXPORTS_WHOLE_BINDING, dense, layer_types,  # noqa: F401
                                                    tf_keras_wrapper, var_key)
 
+# Sharded optimizer: one block per variable and grouped collectives (tfring/keras/_sharding.py, per_variable).
+shard_per_variable = True
 GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=binding.grouped_allreduce)
 
 
