@@ -227,3 +227,34 @@ def test_mixed_float16_skips_an_overflowed_step_on_every_rank():
         assert weights_equal_everywhere(model)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_mixed_float16_model_saved_and_loaded_still_skips_an_overflow_on_every_rank(tmp_path, sharded):
+    # The loaded optimizer must be tfring's loss scaling again (its finiteness check agreed over the ranks), with the
+    # saved scale and state: a Keras LossScaleOptimizer would skip rank 1's overflowed step there alone (a stall).
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1, dtype="float32")])
+        model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), sharded=sharded), loss="mse")
+        zeros = np.zeros((2, 1), "float32")
+        model.fit(np.full((2, 4), 0.5, "float32"), zeros, batch_size=2, epochs=1, verbose=0)
+        path = str(tmp_path / ("rank%d.keras" % R))
+        model.save(path)
+        loaded = keras.models.load_model(path)
+        opt = loaded.optimizer
+        assert type(opt) is type(model.optimizer) and isinstance(opt.inner_optimizer, hvd.DistributedOptimizer)
+        assert opt.inner_optimizer.sharded == model.optimizer.inner_optimizer.sharded
+        for a, b in zip(opt.variables, model.optimizer.variables):
+            np.testing.assert_array_equal(as_np(a), as_np(b))
+        before, scale = loaded.get_weights(), float(as_np(opt.dynamic_scale))
+        x = np.full((2, 4), 6e4 if R == 1 else 0.5, "float32")
+        loaded.fit(x, zeros, batch_size=2, epochs=1, verbose=0)
+        for got, want in zip(loaded.get_weights(), before):
+            np.testing.assert_array_equal(got, want)  # skipped, on every rank
+        assert float(as_np(opt.dynamic_scale)) == scale / 2
+        loaded.fit(np.full((2, 4), 0.5, "float32"), zeros, batch_size=2, epochs=1, verbose=0)
+        assert weights_equal_everywhere(loaded)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

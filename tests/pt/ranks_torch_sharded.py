@@ -2,13 +2,15 @@
 weights on the global batch, identical on every rank, while each rank's optimizer holds state for the parameters it
 owns only (whole parameters, uneven: 40, 24, 8 and 3 weights); state_dict() gathers the unsharded layout, which a
 plain optimizer loads, and which a sharded one loads keeping its own part; bad arguments fail on every rank."""
+import contextlib
 import copy
 
 import pytest
 import torch
 
 import tfring.torch as hvd
-from ranks_torch_optimizer import ADAM, assert_same_params, batch, loss_fn, make_model, reference, train
+from ranks_torch_optimizer import (ADAM, STEPS, assert_same_params, batch, global_batch, loss_fn, make_model,
+                                   reference, train)
 
 if not hvd.is_initialized():
     hvd.init()
@@ -87,6 +89,40 @@ def test_a_checkpoint_loaded_on_rank_0_alone_reaches_every_part_by_broadcast_opt
             torch.testing.assert_close(got[i][key], full["state"][i][key])
     with pytest.raises(ValueError, match=r"root_rank 7 is not a rank of the sharded optimizer's set"):
         hvd.broadcast_optimizer_state(again, root_rank=7)
+
+
+def test_grad_scaler_skips_a_step_that_overflowed_on_one_rank_everywhere_and_matches_one_process():
+    # Horovod's AMP recipe: synchronize, unscale, step inside skip_synchronize. At step 1 rank 0's batch alone
+    # overflows: the averaged gradients are non-finite on every rank, so every rank skips that step (owner or not)
+    # and halves its scale; the other steps match one process on the global batch with the same poisoned step.
+    dt, poisoned = torch.float32, 1
+
+    def scaled_step(opt, scaler, model, x, y, sync):
+        opt.zero_grad()
+        scaler.scale(loss_fn(model, x, y)).backward()
+        if sync:
+            opt.synchronize()
+        scaler.unscale_(opt)
+        with opt.skip_synchronize() if sync else contextlib.nullcontext():
+            scaler.step(opt)
+        scaler.update()
+
+    def poison(x, rows):
+        return torch.cat([x[:rows] * float("inf"), x[rows:]])
+    model, ref = make_model(dtype=dt), make_model(dtype=dt)
+    opt, ref_opt = sharded_adam(model), ADAM(ref.parameters())
+    scaler, ref_scaler = (torch.amp.GradScaler("cpu", init_scale=2.0 ** 8) for _ in range(2))
+    for step in range(STEPS):
+        x, y = batch(step, R, dtype=dt)
+        gx, gy = global_batch(step, dtype=dt)
+        if step == poisoned:
+            x, gx = (poison(x, len(x)) if R == 0 else x), poison(gx, len(x))
+        scaled_step(opt, scaler, model, x, y, True)
+        scaled_step(ref_opt, ref_scaler, ref, gx, gy, False)
+        assert scaler.get_scale() == ref_scaler.get_scale() == 2.0 ** 8 * (0.5 if step >= poisoned else 1), step
+    assert_same_params(model, ref, rtol=1e-5, atol=1e-6)
+    for p in model.parameters():
+        assert torch.isfinite(p).all() and all(torch.equal(p.detach(), o) for o in hvd.allgather_object(p.detach()))
 
 
 def test_bad_arguments_fail_on_every_rank():
