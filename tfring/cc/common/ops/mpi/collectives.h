@@ -32,10 +32,14 @@ Status HierarchicalAllgatherv(MpiContext& ctx, const Response& r, const void* in
 
 // ring.cc, from kRingBytes up (below, Open MPI's own calls are as fast): reduce-scatter in place over comm (block i,
 // counts[i] elements at displs[i], ends reduced at rank i of comm; the other blocks are left with partial sums),
-// and allreduce in place of n elements (that reduce-scatter, then a ring allgather).
+// and allreduce in place of n elements (that reduce-scatter, then a ring allgather). With `in`, the reduce-scatter
+// is out of place: `in` (laid out as buf would be) is only read, this rank's reduced block is written to `out`,
+// and buf holds the partial sums: 2 x the largest block (1 x at 3 ranks, none at 2). The same sums in the same
+// order either way, so the bits agree.
 constexpr int64_t kRingBytes = 256 << 10;
 Status RingReduceScatter(MpiContext& ctx, const Response& r, char* buf, const std::vector<int64_t>& counts,
-                         const std::vector<int64_t>& displs, MPI_Comm comm);
+                         const std::vector<int64_t>& displs, MPI_Comm comm, const char* in = nullptr,
+                         char* out = nullptr);
 Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_Comm comm);
 
 // A contiguous datatype of `row_bytes` so counts stay in rows (large tensors keep int counts small).

@@ -17,12 +17,15 @@ int Mod(int64_t i, int p) { return static_cast<int>((i % p + p) % p); }
 }  // namespace
 
 Status RingReduceScatter(MpiContext& ctx, const Response& r, char* buf, const std::vector<int64_t>& counts,
-                         const std::vector<int64_t>& displs, MPI_Comm comm) {
+                         const std::vector<int64_t>& displs, MPI_Comm comm, const char* in, char* out) {
   int p = 1, me = 0;
   TFR_CHECK_MPI(MPI_Comm_size(comm, &p));
   TFR_CHECK_MPI(MPI_Comm_rank(comm, &me));
-  if (p == 1) return Status::OK();
   const int64_t esize = DataTypeSize(r.dtype);
+  if (p == 1) {
+    if (in != nullptr) std::copy_n(in + displs[0] * esize, counts[0] * esize, out);
+    return Status::OK();
+  }
   const MPI_Datatype type = ctx.Type(r.dtype);
   const MPI_Op op = ctx.Op(r.reduce_op, r.dtype);
   // Blocks travel in pieces of at most chunk_bytes (bounds the kept receive buffer, keeps the sum in cache). Every
@@ -32,18 +35,32 @@ Status RingReduceScatter(MpiContext& ctx, const Response& r, char* buf, const st
   const int64_t pieces = (largest + piece - 1) / piece;
   if (static_cast<int64_t>(ctx.scratch.size()) < piece * esize) ctx.scratch.resize(piece * esize);
   const int next = Mod(me + 1, p), prev = Mod(me - 1, p);
+  // In place, a block's partial sums live where the block does. Out of place, step s's partials go to one of two
+  // block-sized halves of buf in turn (the other holds what this step sends), the last step's into `out`.
+  const int64_t half = largest * esize;
+  auto sent = [&](int s, int block) -> const char* {
+    if (in == nullptr) return buf + displs[block] * esize;
+    return s == 0 ? in + displs[block] * esize : buf + ((s - 1) % 2) * half;
+  };
+  auto summed = [&](int s, int block) -> char* {
+    if (in == nullptr) return buf + displs[block] * esize;
+    return s == p - 2 ? out : buf + (s % 2) * half;
+  };
   // Step s sends block me-s-1 (this rank's partial sum of it) and adds the previous rank's partial of block me-s-2
   // into its own: after p-1 steps block me holds every rank's contribution.
   for (int s = 0; s < p - 1; ++s) {
-    const int out = Mod(me - s - 1, p), in = Mod(me - s - 2, p);
+    const int to = Mod(me - s - 1, p), from = Mod(me - s - 2, p);
+    const char* send = sent(s, to);
+    char* sum = summed(s, from);
     for (int64_t k = 0; k < pieces; ++k) {
       const int64_t at = k * piece;
-      const int send_n = static_cast<int>(std::max<int64_t>(0, std::min(piece, counts[out] - at)));
-      const int recv_n = static_cast<int>(std::max<int64_t>(0, std::min(piece, counts[in] - at)));
-      TFR_CHECK_MPI(MPI_Sendrecv(buf + (displs[out] + std::min(at, counts[out])) * esize, send_n, type, next, 2,
-                                 ctx.scratch.data(), recv_n, type, prev, 2, comm, MPI_STATUS_IGNORE));
-      if (recv_n > 0)
-        TFR_CHECK_MPI(MPI_Reduce_local(ctx.scratch.data(), buf + (displs[in] + at) * esize, recv_n, type, op));
+      const int send_n = static_cast<int>(std::max<int64_t>(0, std::min(piece, counts[to] - at)));
+      const int recv_n = static_cast<int>(std::max<int64_t>(0, std::min(piece, counts[from] - at)));
+      TFR_CHECK_MPI(MPI_Sendrecv(send + std::min(at, counts[to]) * esize, send_n, type, next, 2, ctx.scratch.data(),
+                                 recv_n, type, prev, 2, comm, MPI_STATUS_IGNORE));
+      if (recv_n == 0) continue;
+      if (in != nullptr) std::copy_n(in + (displs[from] + at) * esize, recv_n * esize, sum + at * esize);
+      TFR_CHECK_MPI(MPI_Reduce_local(ctx.scratch.data(), sum + at * esize, recv_n, type, op));
     }
   }
   return Status::OK();
