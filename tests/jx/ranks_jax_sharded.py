@@ -1,7 +1,8 @@
 """tfring.jax.DistributedOptimizer(sharded=True) (ZeRO stage 1 for optax) on real ranks, under jax.jit: Adam ends
 with the unsharded DistributedOptimizer's parameters (uneven blocks: 75 float32 and 5 bfloat16 weights, which
 neither 2 nor 3 divides), identical on every rank, while each rank's Adam state holds its blocks only; clipping by
-the global norm across the blocks equals the unsharded clip; full_state() is the unsharded state, and a state
+the global norm across the blocks equals the unsharded clip; backward passes (stage 1 and 2) match optax.MultiSteps
+unsharded; full_state() is the unsharded state, and a state
 sharded over a process set of 2 ranks loads at the world size and unsharded; bad combinations fail on every
 rank."""
 import jax
@@ -11,7 +12,7 @@ import optax
 import pytest
 
 import tfring.jax as hvd
-from tfring.jax._sharded import Shards
+from tfring.jax._sharded import Accumulation, Shards
 
 if not hvd.is_initialized():
     hvd.init()
@@ -95,12 +96,37 @@ def test_full_state_is_the_unsharded_state_and_loads_at_another_size_and_unshard
     assert_close_everywhere(got, want)
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_backward_passes_match_the_unsharded_accumulation_and_stage_2_keeps_only_its_blocks(stage):
+    # 6 passes, 3 per update: both stages end where the unsharded DistributedOptimizer (optax.MultiSteps) ends.
+    # Stage 1 keeps the whole local gradient between passes; stage 2 reduce-scatters each pass and keeps the sum of
+    # its blocks only.
+    tx = hvd.DistributedOptimizer(optax.adam(0.01), sharded=stage, backward_passes_per_step=3,
+                                  clip_by_global_norm=0.5)
+    params, state = train(tx)
+    plain_tx = hvd.DistributedOptimizer(optax.adam(0.01), backward_passes_per_step=3, clip_by_global_norm=0.5)
+    plain, plain_state = train(plain_tx)
+    assert_close_everywhere(params, plain)
+    assert not np.array_equal(np.asarray(params["kernel"]), np.asarray(make_params()["kernel"]))
+    blocks = [5 // N + (R < 5 % N), 75 // N + (R < 75 % N)]
+    if stage == 2:
+        acc = state[-1]
+        assert isinstance(acc, Accumulation) and [g.shape for g in acc.grads] == [(b,) for b in blocks]
+        half, _ = train(tx, steps=2)  # mid-accumulation: held, nothing applied yet
+        assert_close_everywhere(half, make_params())
+    else:
+        full = tx.full_state(state, params)  # the unsharded MultiSteps state
+        assert jax.tree_util.tree_structure(full) == jax.tree_util.tree_structure(plain_state)
+        for got, want in zip(jax.tree_util.tree_leaves(full), jax.tree_util.tree_leaves(plain_state)):
+            atol = 1e-4 if str(want.dtype) == "bfloat16" else 1e-5  # (bfloat16: a few ulps apart, as the bias is)
+            np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=2e-2,
+                                       atol=atol)
+
+
 def test_what_sharding_cannot_do_is_refused_by_name():
     adam = optax.adam(0.01)
-    with pytest.raises(ValueError, match=r"sharded=2 must be False or True \(ZeRO stage 1; stage 2 is not built"):
-        hvd.DistributedOptimizer(adam, sharded=2)
-    with pytest.raises(ValueError, match=r"backward_passes_per_step=2 does not combine with sharded=True"):
-        hvd.DistributedOptimizer(adam, sharded=True, backward_passes_per_step=2)
+    with pytest.raises(ValueError, match=r"sharded=3 must be False, True \(or 1: ZeRO stage 1\) or 2"):
+        hvd.DistributedOptimizer(adam, sharded=3)
     with pytest.raises(ValueError, match=r"does not combine with sharded=True \(PowerSGD"):
         hvd.DistributedOptimizer(adam, sharded=True, compression=hvd.Compression.powersgd())
     with pytest.raises(ValueError, match=r"clip_by_global_norm=-1 must be a number > 0"):

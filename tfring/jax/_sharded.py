@@ -13,6 +13,7 @@ which no check can see inside an optax chain: `clip_by_global_norm=` here clips 
 blocks. `full_state` / `shard_state` convert to and from the unsharded layout, which an unsharded optimizer (or a
 sharded one at any size) loads."""
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -64,7 +65,14 @@ class Layout:
         return jax.tree_util.tree_unflatten(self.tree, [jnp.reshape(f, s) for f, s in zip(fulls, self.shapes)])
 
 
-def transformation(inner, op, prescale, postscale, process_set, compression, clip_norm, name):
+class Accumulation(NamedTuple):
+    """Stage 2's state between updates: the passes since the last one and this rank's blocks of the reduced
+    gradients summed over them (never the whole gradient)."""
+    passes: jax.Array
+    grads: Shards
+
+
+def transformation(inner, op, prescale, postscale, process_set, compression, clip_norm, name, passes=1):
     """The sharded optax transformation around `inner` (see the module's docstring).
 
     Args:
@@ -74,6 +82,9 @@ def transformation(inner, op, prescale, postscale, process_set, compression, cli
         compression: the gradients' wire type (tfring.jax.Compression.none, .fp16, .bf16).
         clip_norm: clip the gradient by this global norm (across the shards), or None.
         name: the collectives' name prefix.
+        passes: ZeRO stage 2 over this many backward passes (> 1): every pass reduce-scatters its gradients and
+            adds this rank's blocks to an Accumulation; the k-th updates with their mean (as optax.MultiSteps
+            does with the whole gradient), the others return zero updates.
 
     Returns:
         ShardedTransformation
@@ -91,7 +102,9 @@ def transformation(inner, op, prescale, postscale, process_set, compression, cli
         return Layout(params, rank, size)
 
     def init(params):
-        return head + (inner.init(layout(params).mine(params)),)
+        mine = layout(params).mine(params)
+        accumulation = (Accumulation(jnp.zeros((), jnp.int32), Shards(jnp.zeros_like(m) for m in mine)),)
+        return head + (inner.init(mine),) + (accumulation if passes > 1 else ())
 
     def update(grads, state, params=None):
         if params is None:
@@ -104,15 +117,32 @@ def transformation(inner, op, prescale, postscale, process_set, compression, cli
                                        prescale_factor=prescale, postscale_factor=postscale)
         shards = Shards(compression.decompress(s, ctx).astype(flat.dtype)
                         for s, (_, ctx), flat in zip(shards, wire, flats))
+        if passes == 1:
+            updates, inner_state = step(lay, shards, state[-1], params)
+            return updates, head + (inner_state,)
+        acc = state[-1]
+        summed, count = Shards(a + g for a, g in zip(acc.grads, shards)), acc.passes + 1
+
+        def emit(_):  # every rank takes the same branch: the counts agree
+            updates, inner_state = step(lay, Shards(g / passes for g in summed), state[-2], params)
+            return updates, inner_state, Accumulation(jnp.zeros_like(count), Shards(jnp.zeros_like(g) for g in summed))
+
+        def hold(_):
+            return jax.tree_util.tree_map(jnp.zeros_like, params), state[-2], Accumulation(count, summed)
+        updates, inner_state, acc = jax.lax.cond(count >= passes, emit, hold, None)
+        return updates, head + (inner_state, acc)
+
+    def step(lay, shards, inner_state, params):
+        """Clip (by the norm across the blocks), the wrapped update on this rank's blocks, all-gather the update."""
         if clip_norm is not None:
             squares = sum(jnp.sum(jnp.square(s.astype(jnp.float32))) for s in shards)
             norm = jnp.sqrt(grouped_allreduce([squares], name=prefix + ".norm", op=Sum,
                                               process_set=process_set)[0])
             scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, 1e-12))
             shards = Shards(s * scale.astype(s.dtype) for s in shards)
-        updates, inner_state = inner.update(shards, state[-1], lay.mine(params))
+        updates, inner_state = inner.update(shards, inner_state, lay.mine(params))
         full = grouped_allgather(list(updates), name=prefix + ".updates", process_set=process_set, sizes=lay.blocks)
-        return lay.unflatten(full), head + (inner_state,)
+        return lay.unflatten(full), inner_state
 
     def full_state(state, params):
         lay = layout(params)

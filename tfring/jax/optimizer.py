@@ -84,7 +84,9 @@ def DistributedOptimizer(optimizer, op=Average, gradient_predivide_factor=1.0, b
             transformation's state for its 1/n of the parameters (reduce-scatter the gradients, update the shard,
             all-gather the updates; `update` then needs the params). The wrapped transformation must be element-wise
             (docs/sharded-optimizer.md); the result's `full_state` / `shard_state` convert its state to and from
-            the unsharded layout (checkpoints that load at any size, sharded or not).
+            the unsharded layout (checkpoints that load at any size, sharded or not). With
+            backward_passes_per_step > 1, True keeps the whole local gradient between passes (optax.MultiSteps);
+            2 (ZeRO stage 2) reduce-scatters every pass and keeps only this rank's blocks of the sum.
         clip_by_global_norm: clip the averaged gradient by this global norm before the wrapped transformation
             (as `optax.chain(optax.clip_by_global_norm(x), optimizer)`; sharded, the norm is taken across the
             shards, which a clip inside the wrapped chain would not do).
@@ -120,13 +122,10 @@ def _sharded_optimizer(optimizer, op, gradient_predivide_factor, backward_passes
                        compression, sharded, clip_norm):
     """DistributedOptimizer(sharded=...): the checks, then tfring/jax/_sharded.py's transformation."""
     who = "tfring.jax.DistributedOptimizer"
-    if sharded is not True and sharded != 1 or isinstance(sharded, float):
-        raise ValueError("%s: sharded=%r must be False or True (ZeRO stage 1; stage 2 is not built for JAX: its "
-                         "gradients are not kept between steps unless backward_passes_per_step > 1)" % (who, sharded))
-    if backward_passes_per_step != 1:
-        raise ValueError("%s: backward_passes_per_step=%r does not combine with sharded=True (optax.MultiSteps "
-                         "would keep the whole gradient and its state would not convert); use 1"
-                         % (who, backward_passes_per_step))
+    if isinstance(sharded, float) or sharded not in (True, 1, 2):
+        raise ValueError("%s: sharded=%r must be False, True (or 1: ZeRO stage 1) or 2 (stage 2: with "
+                         "backward_passes_per_step > 1 only this rank's blocks of the gradients are accumulated)"
+                         % (who, sharded))
     if powersgd.settings(compression) is not None:
         raise ValueError("%s: compression=%r does not combine with sharded=True (PowerSGD reduces whole matrices; "
                          "the sharded path reduce-scatters flat vectors)" % (who, compression))
@@ -137,6 +136,16 @@ def _sharded_optimizer(optimizer, op, gradient_predivide_factor, backward_passes
     if gradient_predivide_factor <= 0 or (gradient_predivide_factor != 1.0 and op != Average):
         raise ValueError("%s: gradient_predivide_factor=%r must be > 0, and 1 unless op is Average"
                          % (who, gradient_predivide_factor))
-    return _sharded.transformation(optimizer, op, 1.0 / gradient_predivide_factor,
-                                   gradient_predivide_factor if op == Average else 1.0, process_set, compression,
-                                   clip_norm, name)
+    k = backward_passes_per_step
+    tx = _sharded.transformation(optimizer, op, 1.0 / gradient_predivide_factor,
+                                 gradient_predivide_factor if op == Average else 1.0, process_set, compression,
+                                 clip_norm, name, passes=k if sharded == 2 else 1)
+    if k == 1 or sharded == 2:
+        return tx
+    # Stage 1 over k passes: optax.MultiSteps keeps the whole local gradient and updates (sharded) on the k-th,
+    # as the unsharded DistributedOptimizer does; its state converts like the unsharded one's.
+    steps = optax.MultiSteps(tx, k)
+    return _sharded.ShardedTransformation(
+        steps.init, steps.update,
+        lambda state, params: state._replace(inner_opt_state=tx.full_state(state.inner_opt_state, params)),
+        lambda state, params: state._replace(inner_opt_state=tx.shard_state(state.inner_opt_state, params)))
