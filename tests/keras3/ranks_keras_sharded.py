@@ -1,6 +1,7 @@
 """The sharded Keras DistributedOptimizer (ZeRO, sharded=1|2) on real ranks, on the backend Keras runs: it trains to
 the single-process weights (identical on every rank) while each rank's optimizer state holds only its shard
-(uneven: 57 weights over 2 ranks), clips by the whole gradient's norm, shards over a process set, checkpoints in
+(uneven: 57 weights over 2 ranks), clips by the whole gradient's norm, accumulates backward passes (stage 2: only
+its shard of the gradients), shards over a process set, checkpoints in
 the unsharded layout (so a state saved at one size loads at another, sharded or not), and refuses by name what it
 cannot do."""
 import keras
@@ -75,8 +76,8 @@ def test_the_checkpoint_is_the_unsharded_layout_and_loads_at_another_size():
     # Loaded by a sharded optimizer over 2 ranks (np=3: a set that is not every rank) and saved again: the same.
     ps = hvd.add_process_set([0, 1]) if N > 2 else hvd.global_process_set  # (a set of every rank exists)
     try:
+        other = make_model()  # on every rank: Keras numbers models per process, and gradients are named after them
         if ps.included():
-            other = make_model()
             other.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), sharded=2,
                                                              process_set=ps), loss="mse")
             other.optimizer.build(other.trainable_variables)
@@ -88,6 +89,33 @@ def test_the_checkpoint_is_the_unsharded_layout_and_loads_at_another_size():
     finally:
         if N > 2:
             hvd.remove_process_set(ps)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_backward_passes_end_as_the_unsharded_optimizer_and_stage_2_accumulates_only_its_shard(stage):
+    # 2 passes per update over 3 steps x 2 epochs: stage 1 keeps whole local gradients between passes and
+    # reduce-scatters their total; stage 2 reduce-scatters each pass and keeps the shards' sum.
+    steps = 3
+    x, y = data(steps, N * B)
+    xs, ys = my_shard(x, y, steps, B)
+    models = []
+    for sharded in (stage, False):
+        model = make_model()
+        model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), sharded=sharded,
+                                                         backward_passes_per_step=2), loss="mse")
+        model.fit(xs, ys, batch_size=B, epochs=2, shuffle=False, verbose=0, steps_per_epoch=steps)
+        models.append(model)
+    for got, ref in zip(models[0].get_weights(), models[1].get_weights()):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+    assert any(not np.allclose(a, b) for a, b in zip(models[0].get_weights(), make_model().get_weights()))
+    assert weights_equal_everywhere(models[0])
+    for got, ref in zip(state(models[0].optimizer), state(models[1].optimizer)):  # the unsharded layout
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-7)
+    accumulators = models[0].optimizer._accumulators
+    if stage == 2:
+        assert [int(np.prod(a.shape)) for a in accumulators] == shard_lengths(R, N)
+    else:
+        assert [tuple(a.shape) for a in accumulators] == [tuple(v.shape) for v in models[0].trainable_variables]
 
 
 def test_save_and_load_model_round_trip_on_every_rank(tmp_path):
@@ -111,8 +139,6 @@ def test_what_sharding_cannot_do_is_refused_by_name():
         hvd.DistributedOptimizer(keras.optimizers.Adam(0.01, clipnorm=1.0), sharded=True)
     with pytest.raises(ValueError, match="Adafactor updates by per-variable shapes"):
         hvd.DistributedOptimizer(keras.optimizers.Adafactor(), sharded=True)
-    with pytest.raises(ValueError, match="backward_passes_per_step=2 does not combine with sharded"):
-        hvd.DistributedOptimizer(adam, sharded=True, backward_passes_per_step=2)
     with pytest.raises(ValueError, match="groups=2 does not combine"):
         hvd.DistributedOptimizer(adam, sharded=True, groups=2)
     opt = hvd.DistributedOptimizer(adam, sharded=True)

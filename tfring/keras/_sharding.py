@@ -184,6 +184,7 @@ class Sharding:
             raise ValueError("tfring.keras.DistributedOptimizer: sharded on a rank outside process_set %r"
                              % (process_set,))
         self.layout = Layout(variables, rank, size, per_variable=per_variable)
+        self.accumulators = []  # stage 2 over backward passes: the owner's gradient-shard accumulators (per bucket)
         self.params = [owner.add_variable((b["shard"],), dtype=b["dtype"], initializer="zeros",
                                           name="param_shard_%d" % k) for k, b in enumerate(self.layout.buckets)]
 
@@ -250,8 +251,9 @@ class Sharding:
         return np.asarray(keras.ops.convert_to_numpy(full))
 
     def _own(self, owner_variables):
-        """The wrapper's own variables an unsharded one also has (not the shard copies of the weights)."""
-        return [v for v in owner_variables if not any(v is p for p in self.params)]
+        """The wrapper's own variables an unsharded one also has (not the shard copies of the weights), except
+        stage 2's gradient-shard accumulators, which stand for its per-variable accumulators (they come last)."""
+        return [v for v in owner_variables if not any(v is p for p in self.params + self.accumulators)]
 
     def saved_values(self, owner_variables, inner):
         """Every optimizer value in the unsharded layout (numpy): the wrapper's own, then the inner optimizer's in
@@ -262,19 +264,23 @@ class Sharding:
                                       suffix)
                  for suffix in sorted({k[2] for k in kinds if k[0] == "slot"})}
         order = unsharded_order(inner, len(self.layout.shapes))
-        return [keras.ops.convert_to_numpy(v.value) for v in self._own(owner_variables)] + \
+        accumulated = self.unshard(self.accumulators, "accumulator") if self.accumulators else []
+        return [keras.ops.convert_to_numpy(v.value) for v in self._own(owner_variables)] + accumulated + \
             [plain[e[1]] if e[0] == "plain" else slots[e[2]][e[1]] for e in order]
 
     def load_values(self, owner_variables, inner, values, who):
         """Takes saved_values' layout (saved at any size, or by an unsharded optimizer); keeps this rank's shard."""
         own, order = self._own(owner_variables), unsharded_order(inner, len(self.layout.shapes))
-        if len(values) != len(own) + len(order):
+        accumulated = len(self.layout.shapes) if self.accumulators else 0
+        if len(values) != len(own) + accumulated + len(order):
             raise ValueError("%s: the checkpoint holds %d optimizer values, an unsharded %s on %d variables has %d"
                              % (who, len(values), type(inner).__name__, len(self.layout.shapes),
-                                len(own) + len(order)))
+                                len(own) + accumulated + len(order)))
         for v, value in zip(own, values):
             v.assign(value)
-        values = values[len(own):]
+        if accumulated:
+            self.reshard(values[len(own):len(own) + accumulated], self.accumulators)
+        values = values[len(own) + accumulated:]
         plain = [values[n] for n, e in enumerate(order) if e[0] == "plain"]
         per_slot = {}
         for n, e in enumerate(order):

@@ -157,6 +157,13 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
                                                 self.compression, getattr(_glue, "write_flat", None),
                                                 getattr(_glue, "shard_per_variable", False))
             self.inner_optimizer.build(self._sharding.params)
+            if self.backward_passes_per_step > 1:  # stage 1 keeps each whole local gradient, stage 2 its shards
+                self._pass_counter = self.add_variable((), dtype="int32", initializer="zeros", name="pass_counter")
+                self._accumulators = [self.add_variable_from_reference(v, name="grad_accumulator") for v in var_list] \
+                    if self.sharded == 1 else [self.add_variable((b["shard"],), dtype=b["dtype"], initializer="zeros",
+                                                                 name="grad_shard_accumulator_%d" % k)
+                                               for k, b in enumerate(self._sharding.layout.buckets)]
+                self._sharding.accumulators = self._accumulators if self.sharded == 2 else []
             super().build(var_list)
             return
         self.inner_optimizer.build(var_list)
@@ -178,8 +185,11 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
                 self.build(trainable_variables)
             self.built = True
         variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
-        if self.sharded:
-            self._apply_sharded([None if g is None else _glue.dense(g) for g in grads], variables)
+        if self.sharded and self.backward_passes_per_step > 1:
+            self._accumulate_sharded([None if g is None else _glue.dense(g) for g in grads], variables)
+        elif self.sharded:
+            self._update_sharded(self._sharding.reduce([None if g is None else _glue.dense(g) for g in grads]),
+                                 variables)
         elif self._powersgd is not None:
             pre, post = (1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor) \
                 if self.op == Average else (1.0, 1.0)
@@ -191,8 +201,30 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         else:
             self._accumulate(grads, variables, trainable_variables)
 
-    def _apply_sharded(self, grads, variables):
-        shards = self._sharding.reduce(grads)
+    def _accumulate_sharded(self, grads, variables):
+        """backward_passes_per_step with sharding: stage 1 adds each pass's local gradients to whole accumulators
+        and reduce-scatters their total on the k-th pass; stage 2 reduce-scatters every pass and adds the shards."""
+        k, sharding = self.backward_passes_per_step, self._sharding
+        if self.sharded == 2:
+            for acc, shard in zip(self._accumulators, sharding.reduce(grads)):
+                acc.assign(acc.value + shard)
+        else:
+            for acc, g in zip(self._accumulators, grads):
+                if g is not None:
+                    acc.assign(acc.value + g)
+        self._pass_counter.assign((self._pass_counter.value + 1) % k)
+        update = ops.equal(self._pass_counter.value, 0)  # the same on every rank: each counts its own passes
+
+        def total():
+            return [a.value / k if self.average_aggregated_gradients else a.value for a in self._accumulators]
+        buckets = sharding.layout.buckets
+        _glue.on_kth_pass(update, total, (lambda shards: shards) if self.sharded == 2 else sharding.reduce,
+                          lambda shards: self._update_sharded(shards, variables),
+                          list(variables) + list(self.inner_optimizer.variables) + list(sharding.params),
+                          self._accumulators,
+                          skip=lambda: [ops.zeros((b["shard"],), dtype=b["dtype"]) for b in buckets])
+
+    def _update_sharded(self, shards, variables):
         self._sharding.load_params(variables)
         inner, clip = self.inner_optimizer, self.inner_optimizer.global_clipnorm
         if clip:  # the norm of the whole gradient: every shard's sum of squares, summed over the set
@@ -270,8 +302,7 @@ def _sharded_stage(sharded, optimizer, backward_passes_per_step, groups, gradien
         return 0
     if isinstance(sharded, bool) or sharded not in _sharding.STAGES:
         raise ValueError("%s: sharded=%r must be False, True, 1 or 2 (the ZeRO stage)" % (WHO, sharded))
-    for what, value, neutral in (("backward_passes_per_step", backward_passes_per_step, 1), ("groups", groups, 0),
-                                 ("gradient_predivide_factor", gradient_predivide_factor, 1.0)):
+    for what, value, neutral in (("groups", groups, 0), ("gradient_predivide_factor", gradient_predivide_factor, 1.0)):
         if (value or 0) != (neutral or 0):
             raise ValueError("%s: %s=%r does not combine with sharded=%r (not built)" % (WHO, what, value, sharded))
     _sharding.check_inner(WHO, optimizer)

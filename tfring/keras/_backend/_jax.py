@@ -17,11 +17,12 @@ shard_per_variable = True
 GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=binding.grouped_allreduce)
 
 
-def on_kth_pass(update, total, reduce, apply, kept, accumulators):
+def on_kth_pass(update, total, reduce, apply, kept, accumulators, skip=None):
     """backward_passes_per_step inside the jitted, stateless step: the reduction runs under lax.cond (only the
     k-th pass communicates); the inner update is computed on every pass and kept only on the k-th (a select: a
-    stateless scope's assignments cannot happen inside a branch)."""
-    reduced = ops.cond(update, lambda: reduce(total()), total)
+    stateless scope's assignments cannot happen inside a branch). `skip`: the other branch's value where the
+    reduction changes the shapes (a sharded reduce-scatter), else the total itself."""
+    reduced = ops.cond(update, lambda: reduce(total()), skip or total)
     before = [v.value for v in kept]
     apply(reduced)
     for v, old in zip(kept, before):

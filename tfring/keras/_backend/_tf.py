@@ -24,7 +24,7 @@ def dense(grad):
     return tf.convert_to_tensor(grad)
 
 
-def on_kth_pass(update, total, reduce, apply, kept, accumulators):
+def on_kth_pass(update, total, reduce, apply, kept, accumulators, skip=None):
     """backward_passes_per_step: on the pass where `update` holds, reduce the accumulated gradients, apply them
     and zero the accumulators; a graph branch (tf.cond), so the other passes neither communicate nor update."""
     def communicate_and_apply():

@@ -30,7 +30,7 @@ GradientReducer = functools.partial(_reducer.GradientReducer, grouped_allreduce=
                                     core_names=_core_names)
 
 
-def on_kth_pass(update, total, reduce, apply, kept, accumulators):
+def on_kth_pass(update, total, reduce, apply, kept, accumulators, skip=None):
     """backward_passes_per_step, eagerly: plain control flow."""
     if bool(update):
         apply(reduce(total()))
