@@ -204,7 +204,7 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     def _accumulate_sharded(self, grads, variables):
         """backward_passes_per_step with sharding: stage 1 adds each pass's local gradients to whole accumulators
         and reduce-scatters their total on the k-th pass; stage 2 reduce-scatters every pass and adds the shards."""
-        k, sharding = self.backward_passes_per_step, self._sharding
+        sharding = self._sharding
         if self.sharded == 2:
             for acc, shard in zip(self._accumulators, sharding.reduce(grads)):
                 acc.assign(acc.value + shard)
@@ -212,13 +212,9 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
             for acc, g in zip(self._accumulators, grads):
                 if g is not None:
                     acc.assign(acc.value + g)
-        self._pass_counter.assign((self._pass_counter.value + 1) % k)
-        update = ops.equal(self._pass_counter.value, 0)  # the same on every rank: each counts its own passes
-
-        def total():
-            return [a.value / k if self.average_aggregated_gradients else a.value for a in self._accumulators]
         buckets = sharding.layout.buckets
-        _glue.on_kth_pass(update, total, (lambda shards: shards) if self.sharded == 2 else sharding.reduce,
+        _glue.on_kth_pass(self._count_pass(), self._accumulated,
+                          (lambda shards: shards) if self.sharded == 2 else sharding.reduce,
                           lambda shards: self._update_sharded(shards, variables),
                           list(variables) + list(self.inner_optimizer.variables) + list(sharding.params),
                           self._accumulators,
@@ -251,18 +247,21 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         self._sharding.load_values(self._variables, self.inner_optimizer,
                                    [store[str(i)] for i in range(len(store.keys()))], WHO)
 
-    def _accumulate(self, grads, variables, trainable_variables):
+    def _count_pass(self):
+        """Counts this backward pass; whether it is the k-th (the same on every rank: each counts its own)."""
+        self._pass_counter.assign((self._pass_counter.value + 1) % self.backward_passes_per_step)
+        return ops.equal(self._pass_counter.value, 0)
+
+    def _accumulated(self):
+        """What the k-th pass applies: the accumulators' mean (average_aggregated_gradients) or sum."""
         k = self.backward_passes_per_step
+        return [a.value / k if self.average_aggregated_gradients else a.value for a in self._accumulators]
+
+    def _accumulate(self, grads, variables, trainable_variables):
         for acc, g in zip(self._accumulators, grads):
             if g is not None:
                 acc.assign(acc.value + _glue.dense(g))
-        self._pass_counter.assign((self._pass_counter.value + 1) % k)
-        update = ops.equal(self._pass_counter.value, 0)  # the same on every rank: each counts its own passes
-
-        def total():
-            return [a.value / k if self.average_aggregated_gradients else a.value for a in self._accumulators]
-
-        _glue.on_kth_pass(update, total, lambda grads: self._reducer.reduce(grads, variables),
+        _glue.on_kth_pass(self._count_pass(), self._accumulated, lambda grads: self._reducer.reduce(grads, variables),
                           lambda grads: self.inner_optimizer.apply(grads, trainable_variables),
                           list(variables) + list(self.inner_optimizer.variables), self._accumulators)
 
