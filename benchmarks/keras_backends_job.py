@@ -194,7 +194,7 @@ def keras_dp_times():
     """Keras' own torch data parallel (keras-nightly): DDP wraps the model inside fit, gloo on 127.0.0.1."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_ports(1)[0]), RANK=str(COMM.rank),
                       WORLD_SIZE=str(COMM.size), LOCAL_RANK=str(COMM.rank), GLOO_SOCKET_IFNAME="lo")
-    if not hasattr(keras.distribution, "DataParallel") or keras.version() < "3.16":
+    if tuple(int(v) for v in keras.version().split(".")[:2]) < (3, 16):
         raise RuntimeError("keras %s has no torch DataParallel: run benchmarks/build_keras_nightly_env.sh"
                            % keras.version())
     keras.distribution.initialize()

@@ -51,9 +51,6 @@ class Layout:
         self.dtypes = [str(v.dtype) for v in variables]
         self.counts = [int(math.prod(shape)) for shape in self.shapes]
         self.buckets = []  # [{"dtype", "pieces": [(var, lo, hi)], "length", "shard", "mine": [(var, lo, hi)]}]
-        by_dtype = {}
-        for i, v in enumerate(variables):
-            by_dtype.setdefault(str(v.dtype), []).append(i)
         if per_variable:  # one bucket per variable, cut like reducescatter's rows: no padding, no concatenation
             for i, count in enumerate(self.counts):
                 b = {"dtype": self.dtypes[i], "pieces": [(i, 0, count)], "length": count,
@@ -61,6 +58,9 @@ class Layout:
                 self.buckets.append(b)
                 self._place(b)
             return
+        by_dtype = {}
+        for i, v in enumerate(variables):
+            by_dtype.setdefault(str(v.dtype), []).append(i)
         for dtype, indexes in by_dtype.items():
             limit = max(size, bucket_bytes // np.dtype(dtype).itemsize)
             bucket = None
