@@ -247,7 +247,12 @@ def test_planned_command_has_ulfm_and_forwards_the_secret_by_name_only():
     environ = {"PATH": os.environ["PATH"], "TFRING_ELASTIC_STALE": "1", "TFRING_ELASTIC_SECRET": "old"}
     cmd, env = plan_elastic(args, [("h1", 2), ("h2", 2)], 3, "10.1.2.3:4444", secret, environ)
     assert cmd[1:3] == ["--with-ft", "ulfm"] and cmd[cmd.index("-np") + 1] == "3"
+    # Only the collective components Open MPI's ULFM settings list as tested with failures (not han or adapt)
+    assert cmd[3:6] == ["--mca", "coll", "^hcoll,portals4,han,adapt"]
     assert cmd[cmd.index("--host") + 1] == "h1:2,h2:2"
+    mine = parse(["-np", "2", "--min-np", "1", "--mpi-args=--mca coll ^hcoll", "python", "train.py"])
+    chosen, _ = plan_elastic(mine, [("h1", 2)], 2, "10.1.2.3:4444", secret, environ)
+    assert chosen[1:3] == ["--with-ft", "ulfm"] and chosen.count("coll") == 1  # the user's choice stands
     assert ("-x", "TFRING_ELASTIC_SECRET") in zip(cmd, cmd[1:])
     assert not any(secret in c for c in cmd) and "TFRING_ELASTIC_STALE" not in env
     assert "/bin/sh" in cmd  # remote hosts: ranks announce their start; the respawn command stays bare

@@ -24,6 +24,14 @@ KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "3", "--mca", "oob_tcp_keepalive
              "--mca", "oob_tcp_keepalive_probes", "3"]
 # --tcp: point-to-point over the TCP BTL only (shared memory within a host stays: it is not a network).
 TCP_ONLY = ["--mca", "pml", "ob1", "--mca", "btl", "tcp,sm,self"]
+# Elastic jobs: ULFM (survivors see a dead rank as an error instead of being killed), with only the collective
+# components Open MPI's own ULFM settings (amca-param-sets/ft-mpi) list as tested with failures: base/basic, tuned,
+# ftagree, libnbc. han (its hierarchical collectives, priority 35: chosen across hosts) and adapt, whose non-blocking
+# steps it runs on, are not: after a rank died inside a transfer across emulated hosts, han's aborted schedules
+# printed `NBC_Progress: an error 75 ...` 443 times on one rank, and han creates its sub-communicators lazily inside
+# the first collective on a communicator (an MPI_Comm_split_type), where survivors were once seen hanging against a
+# peer in a plain MPI_Allgather (docs/elastic.md). tfring's own hierarchical collectives stay available.
+ULFM = ["--with-ft", "ulfm", "--mca", "coll", "^hcoll,portals4,han,adapt"]
 DEFAULT_REMOTE_START_TIMEOUT = 30  # horovodrun's; with no remote host there is none (the knob left unset)
 
 
@@ -309,7 +317,13 @@ def plan_elastic(args, hosts, np_, address, secret, environ=None, extra_env=None
     args.start_deadline, args.num_ranks = sub.start_deadline, sub.num_ranks
     # Slots are the driver's books: MPI_Comm_spawn must not be refused for a host PRRTE thinks is full.
     extra = [] if "--oversubscribe" in cmd else ["--oversubscribe"]
-    return cmd[:1] + ["--with-ft", "ulfm"] + extra + cmd[1:], env
+    return cmd[:1] + ulfm_args(cmd) + extra + cmd[1:], env
+
+
+def ulfm_args(cmd=()):
+    """ULFM for an mpirun command; the collective components are left to the user where the command names them."""
+    chosen = any(a == "coll" and b == "--mca" for b, a in zip(cmd, cmd[1:]))
+    return ULFM[:2] if chosen else list(ULFM)
 
 
 def build_command(args, environ=None):

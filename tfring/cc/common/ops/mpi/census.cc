@@ -149,12 +149,14 @@ SilenceCheck::SilenceCheck(const MpiContext& ctx, std::string what, double start
   give_up_at_ = ctx.stall_shutdown_seconds > 0 ? start + ctx.stall_shutdown_seconds : kNever;
 }
 
-bool SilenceCheck::Poll(Status* failure) {
+bool SilenceCheck::Poll(Status* failure, const std::function<bool()>& still_waiting) {
   const double now = SteadySeconds();
   const bool final = now + kCensusSeconds >= give_up_at_;  // the census ends at the deadline: the last one decides
   if (now < warn_at_ && !final) return false;
   const std::vector<int> silent = Census(ctx_);
   const int waited = static_cast<int>(SteadySeconds() - start_);
+  // A transfer that failed with a peer's death during the census: its survivors (busy resetting) were named too.
+  if (still_waiting && !still_waiting()) return false;
   if (silent.empty()) {  // every rank is alive and waiting too: the wait is legitimate
     warn_at_ = warn_at_ == kNever ? kNever : SteadySeconds() + ctx_.stall_warn_seconds;
     // The next deciding census a second from now, not at once: no ping storm while the wait goes on.

@@ -3,6 +3,7 @@
 // pings on a communicator of its own (census_comm); a census pings every rank and names those that do not answer
 // within 1 s. A census every rank answers means the wait is legitimate (a long step, a large transfer): it goes on.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,9 @@ class SilenceCheck {
  public:
   SilenceCheck(const MpiContext& ctx, std::string what, double start);
   // Called while the wait goes on. True: give up, with *failure (DEADLINE_EXCEEDED) naming the silent ranks.
-  bool Poll(Status* failure);
+  // still_waiting (from another thread than the waiting one): asked after the census, which takes up to 1 s; once
+  // the wait has ended meanwhile (it completed, or failed with a peer's death), nothing is said or decided.
+  bool Poll(Status* failure, const std::function<bool()>& still_waiting = nullptr);
 
  private:
   const MpiContext& ctx_;

@@ -77,7 +77,10 @@ void DataWatch::Loop() {
     lock.unlock();
     AnswerPings();  // this rank is alive while its transfer waits for others
     Status failure;
-    const bool give_up = check->Poll(&failure);
+    const bool give_up = check->Poll(&failure, [this, checking] {
+      std::lock_guard<std::mutex> relock(mu_);
+      return active_ && seq_ == checking;
+    });
     lock.lock();
     if (!give_up || !active_ || seq_ != checking) continue;
     if (!ctx_.fault_tolerant) {
