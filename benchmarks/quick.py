@@ -1,7 +1,10 @@
 """`run_all.py --quick` (issue #30 item 5): one short run (about 5 minutes here) that prints issue #30's ratios and
 goals, so a regression shows before it lands: the collective suite once (tfring, and Horovod when its environment
 is given), then the dense-25M training step for 10 steps (tape: no collective and tfring; Keras fit: tfring; np=1
-on one core vs np=2). A ratio is raw MPI's time / the library's (1 = as fast as raw MPI), or the library's scaling
+on one core vs np=2), then issue #47's Keras ratios: Keras fit on each backend, tfring's efficiency over the
+no-collective fit's (keras_backends.py's jobs, 10 steps), and under keras-nightly (when
+build_keras_nightly_env.sh made it) tfring's step against keras.distribution.DataParallel's on torch. A ratio is
+raw MPI's time / the library's (1 = as fast as raw MPI), or the library's scaling
 efficiency / the no-collective loop's (1 = the machine's ceiling). One run on a noisy 2-core machine: read a miss
 against docs/benchmarks.md's full runs before believing it."""
 import os
@@ -51,6 +54,45 @@ def ratios_md(suite, train, impls):
     return lines + [""]
 
 
+KERAS_GOAL = 0.9  # issue #47 item 1: of the no-collective ceiling, where overlap is possible
+
+
+def keras_ratios(out):
+    """Issue #47 items 1 and 3, one job per case: [(measure, goal, value, met)]."""
+    import keras_backends as kb
+    rows = []
+    for backend in ("tensorflow", "jax", "torch"):
+        sps = {}
+        for impl in ("none", "tfring"):
+            for np_ in (1, 2):
+                r = kb.launch(backend, impl, np_, 10, os.path.join(out, "quick_keras_%s_%s_np%d.json" % (
+                    backend, impl, np_)))
+                sps[impl, np_] = r.get("samples_per_sec")
+        if None in sps.values():
+            rows.append(("Keras fit on %s: efficiency / the no-collective fit's" % backend, KERAS_GOAL, None, False))
+            continue
+        eff = {impl: sps[impl, 2] / (2 * sps[impl, 1]) for impl in ("none", "tfring")}
+        ratio = eff["tfring"] / eff["none"]
+        rows.append(("Keras fit on %s: efficiency / the no-collective fit's (%.2f / %.2f)" % (
+            backend, eff["tfring"], eff["none"]), KERAS_GOAL, ratio, ratio >= KERAS_GOAL))
+    if os.path.exists(kb.NIGHTLY_PYTHON):
+        ms = {impl: kb.launch("torch-nightly", impl, 2, 10, os.path.join(out, "quick_keras_nightly_%s.json" % impl))
+              .get("step_ms") for impl in ("tfring", "keras_dp")}
+        ratio = ms["keras_dp"] / ms["tfring"] if None not in ms.values() else None
+        rows.append(("keras-nightly on torch: DataParallel's step / tfring's", 1.0, ratio,
+                     ratio is not None and ratio > 1.0))
+    return rows
+
+
+def keras_md(rows):
+    lines = ["## Quick run: issue #47's Keras ratios (one run, np=2)\n", "| measure | goal | tfring | met |",
+             "| --- | --- | --- | --- |"]
+    for what, goal, value, met in rows:
+        lines.append("| %s | >= %.2f | %s | %s |" % (what, goal, "-" if value is None else "%.3f" % value,
+                                                   "yes" if met else "**no**"))
+    return lines + [""]
+
+
 def run(args, impls, job, median_rows):
     """The quick run: returns (summary dict, markdown lines)."""
     shapes = os.path.join(args.out, "resnet50_shapes.json")
@@ -70,4 +112,6 @@ def run(args, impls, job, median_rows):
             sps[np_] = job(np_, "train_step.py", out, "--impl", impl, "--mode", mode, "--steps", "10",
                            *(["--one-core"] if np_ == 1 else []))["samples_per_sec"]
         train.append({"mode": mode, "impl": impl, "efficiency": sps[2] / (2 * sps[1])})
-    return {"suite": suite, "train": train}, ratios_md(suite, train, impls)
+    keras = keras_ratios(args.out)
+    return {"suite": suite, "train": train, "keras": [dict(zip(("measure", "goal", "value", "met"), r))
+                                                      for r in keras]}, ratios_md(suite, train, impls) + keras_md(keras)
