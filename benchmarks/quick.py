@@ -1,4 +1,4 @@
-"""`run_all.py --quick` (issue #30 item 5): one short run (about 5 minutes here) that prints issue #30's ratios and
+"""`run_all.py --quick` (issue #30 item 5): one short run (about 8 minutes here) that prints issue #30's ratios and
 goals, so a regression shows before it lands: the collective suite once (tfring, and Horovod when its environment
 is given), then the dense-25M training step for 10 steps (tape: no collective and tfring; Keras fit: tfring; np=1
 on one core vs np=2), then issue #47's Keras ratios: Keras fit on each backend, tfring's efficiency over the
@@ -57,11 +57,11 @@ def ratios_md(suite, train, impls):
 KERAS_GOAL = 0.9  # issue #47 item 1: of the no-collective ceiling, where overlap is possible
 
 
-def keras_ratios(out):
+def keras_ratios(out, backends=("tensorflow", "jax", "torch"), nightly=True):
     """Issue #47 items 1 and 3, one job per case: [(measure, goal, value, met)]."""
     import keras_backends as kb
     rows = []
-    for backend in ("tensorflow", "jax", "torch"):
+    for backend in backends:
         sps = {}
         for impl in ("none", "tfring"):
             for np_ in (1, 2):
@@ -75,7 +75,7 @@ def keras_ratios(out):
         ratio = eff["tfring"] / eff["none"]
         rows.append(("Keras fit on %s: efficiency / the no-collective fit's (%.2f / %.2f)" % (
             backend, eff["tfring"], eff["none"]), KERAS_GOAL, ratio, ratio >= KERAS_GOAL))
-    if os.path.exists(kb.NIGHTLY_PYTHON):
+    if nightly and os.path.exists(kb.NIGHTLY_PYTHON):
         ms = {impl: kb.launch("torch-nightly", impl, 2, 10, os.path.join(out, "quick_keras_nightly_%s.json" % impl))
               .get("step_ms") for impl in ("tfring", "keras_dp")}
         ratio = ms["keras_dp"] / ms["tfring"] if None not in ms.values() else None

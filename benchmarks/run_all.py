@@ -6,7 +6,7 @@ autotune vs hand-picked fusion thresholds. Medians across runs go to summary.jso
 bus_bandwidth.png.
 
     python benchmarks/run_all.py --runs 3 --horovod-python ~/horovod-0.28.1-env/bin/python
-    python benchmarks/run_all.py --quick    # about 5 minutes: issue #30's ratios and goals from one run (quick.py)
+    python benchmarks/run_all.py --quick    # about 8 minutes: issue #30's ratios and goals from one run (quick.py)
 """
 import argparse
 import json
@@ -134,7 +134,12 @@ def main():
     parser.add_argument("--parts", default="suite,train,autotune", help="comma-separated subset to run")
     parser.add_argument("--horovod-python", help="python of an environment with Horovod (build_horovod_env.sh)")
     parser.add_argument("--quick", action="store_true", help="one short run printing the ratios and goals only")
+    parser.add_argument("--keras-nightly-python", help="--quick: keras-nightly's interpreter (default: "
+                        "build_keras_nightly_env.sh's, ~/keras-nightly-env/bin/python)")
     args = parser.parse_args()
+    if args.keras_nightly_python:
+        import keras_backends
+        keras_backends.NIGHTLY_PYTHON = args.keras_nightly_python
     os.makedirs(args.out, exist_ok=True)
     if args.quick:
         summary, md = quick.run(args, ["tfring"] + (["horovod"] if args.horovod_python else []), job, median_rows)
