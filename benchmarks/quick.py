@@ -80,7 +80,7 @@ def keras_ratios(out, backends=("tensorflow", "jax", "torch"), nightly=True):
               .get("step_ms") for impl in ("tfring", "keras_dp")}
         ratio = ms["keras_dp"] / ms["tfring"] if None not in ms.values() else None
         rows.append(("keras-nightly on torch: DataParallel's step / tfring's", 1.0, ratio,
-                     ratio is not None and ratio > 1.0))
+                     ratio is not None and ratio >= 1.0))
     return rows
 
 

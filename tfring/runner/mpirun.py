@@ -320,8 +320,8 @@ def plan_elastic(args, hosts, np_, address, secret, environ=None, extra_env=None
     return cmd[:1] + ulfm_args(cmd) + extra + cmd[1:], env
 
 
-def ulfm_args(cmd=()):
-    """ULFM for an mpirun command; the collective components are left to the user where the command names them."""
+def ulfm_args(cmd):
+    """ULFM for the mpirun command `cmd`; the collective components are left to the user where `cmd` names them."""
     chosen = any(a == "coll" and b == "--mca" for b, a in zip(cmd, cmd[1:]))
     return ULFM[:2] if chosen else list(ULFM)
 

@@ -32,7 +32,6 @@ from tfring.common.signed_channel import BadRequest, new_secret
 from tfring.common.signed_server import DriverServer
 from tfring.common.elastic.protocol import integer as _int
 from tfring.common.elastic.checkpoint import COMMIT_DIR
-from tfring.runner import mpirun
 from tfring.runner.elastic.book import ElasticBook
 from tfring.runner.slots.elastic_calls import NOTE_RE, ranked
 from tfring.runner.slots.registered import RegisteredSlots
@@ -354,7 +353,7 @@ class ElasticSlotJob(Relaunching, LockedWaits):
         networks = [self.slots.slots[i]["network"] for i in indexes]
         return {"np": len(ranks), "hosts": hosts, "networks": sorted(set(networks)) if all(networks) else None,
                 "env": env, "args": self._launch_args, "executable": python, "start_timeout": max(int(timeout), 10),
-                "mpirun": mpirun.ulfm_args() + ["--oversubscribe"], "launch": self._launches}
+                "ulfm": True, "mpirun": ["--oversubscribe"], "launch": self._launches}
 
     def call(self, fn, args=(), kwargs=None, alive=None, timeout=None):
         """Runs fn(*args, **kwargs) on every rank (an elastic function: tfring.*.elastic.run); returns the values of

@@ -11,7 +11,7 @@ import time
 from tfring.common import launch_env
 from tfring.common.signed_channel import ProtocolError
 from tfring.runner.launch import parse
-from tfring.runner.mpirun import plan
+from tfring.runner.mpirun import plan, ulfm_args
 from tfring.runner.output import Relay, failure_summary, lost_host
 from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.net import route_address
@@ -96,8 +96,10 @@ class Launcher:
             list(spec.get("args") or []) + ["--", python, os.path.join(HERE, "rank.py")]
         args = parse(argv)
         cmd, env = plan(args, env)
-        extra = list(spec.get("mpirun") or [])  # an elastic job's (--with-ft ulfm ...): hosts may be added later
-        if len(spec["hosts"]) > 1 or spec["hosts"][0][0] != LOCAL_HOST or spec.get("mpirun"):
+        # An elastic job's ULFM (the user's --mca coll in the job's args wins, as with tfringrun) and --oversubscribe:
+        # hosts may be added later.
+        extra = (ulfm_args(cmd) if spec.get("ulfm") else []) + list(spec.get("mpirun") or [])
+        if len(spec["hosts"]) > 1 or spec["hosts"][0][0] != LOCAL_HOST or spec.get("ulfm"):
             # The other hosts' daemons: started by the agent through their slot's task service, each a child of
             # that slot (no tree spawn: only this slot knows the hosts; attached: no --daemonize, which would
             # detach the daemon from the slot).
