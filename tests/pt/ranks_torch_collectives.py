@@ -34,6 +34,39 @@ def test_allreduce(dtype, op):
         assert same(x, tensor(R, shape, dtype))  # the input is not modified
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.float16, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("op", OPS)
+def test_ring_pairs_a_rank_in_place_with_one_out_of_place(dtype, op):
+    # From 256 KiB tfring reduces with its own ring (ring.cc); whether a rank reduces in place is its own business
+    # (a framework forwards one rank's input and not another's), so even ranks reduce in place and odd ones out of
+    # place: the same calls, the same bits everywhere. 300007 elements: uneven blocks at np=2 and 3.
+    shape = (300007,)
+    x = tensor(R, shape, dtype)
+    name = "ring_mixed_%s_%s" % (str(dtype), op)
+    out = hvd.allreduce_(x, op=op, name=name) if R % 2 == 0 else hvd.allreduce(x, op=op, name=name)
+    assert_close(out, expected_reduce(op, shape, dtype), dtype)
+    if R % 2:
+        assert same(x, tensor(R, shape, dtype))  # the input is not modified
+    rows = hvd.allgather(out[None])
+    assert all(torch.equal(rows[r], rows[0]) for r in range(N)), "ranks hold different bits"
+
+
+def test_ring_with_a_joined_rank_and_scale_factors():
+    # The last rank joins first: it reduces zeros in place in the fusion buffer while the others reduce out of
+    # place; Average divides by the job's size, the joined rank included.
+    shape, out = (300007,), None
+    try:
+        if R < N - 1:
+            x = tensor(R, shape, torch.float32)
+            out = hvd.allreduce(x, op=hvd.Average, prescale_factor=2.0, postscale_factor=0.5, name="ring_joined")
+    finally:  # a failed rank still joins, or the joined one would wait for it
+        last = hvd.join()
+    assert last != N - 1 and hvd.allgather_object(last) == [last] * N
+    if R < N - 1:
+        want = expected_reduce(hvd.Sum, shape, torch.float64, ranks=range(N - 1)) / N
+        torch.testing.assert_close(out.double(), want, rtol=2e-7, atol=0)
+
+
 def test_allreduce_default_is_average_and_average_flag_is_deprecated():
     x = tensor(R, (4,), torch.float64)
     assert_close(hvd.allreduce(x), expected_reduce(hvd.Average, (4,), torch.float64), torch.float64)

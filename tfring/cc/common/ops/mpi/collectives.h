@@ -32,15 +32,18 @@ Status HierarchicalAllgatherv(MpiContext& ctx, const Response& r, const void* in
 
 // ring.cc, from kRingBytes up (below, Open MPI's own calls are as fast): reduce-scatter in place over comm (block i,
 // counts[i] elements at displs[i], ends reduced at rank i of comm; the other blocks are left with partial sums),
-// and allreduce in place of n elements (that reduce-scatter, then a ring allgather). With `in`, the reduce-scatter
+// and allreduce of n elements into buf (that reduce-scatter, then a ring allgather). With `in`, the reduce-scatter
 // is out of place: `in` (laid out as buf would be) is only read, this rank's reduced block is written to `out`,
-// and buf holds the partial sums: 2 x the largest block (1 x at 3 ranks, none at 2). The same sums in the same
-// order either way, so the bits agree.
+// and buf holds the partial sums: 2 x the largest block (1 x at 3 ranks, none at 2); last_op, where given, makes
+// the final step's sums (the pair mean). The same sums in the same order and the same messages either way, so the
+// bits agree and a rank reducing in place pairs with one reducing out of place. The allreduce reads `in` (nullptr:
+// in place) and, with `finish`, finishes (FinishAllreduce) the block this rank reduced before the allgather.
 constexpr int64_t kRingBytes = 256 << 10;
 Status RingReduceScatter(MpiContext& ctx, const Response& r, char* buf, const std::vector<int64_t>& counts,
                          const std::vector<int64_t>& displs, MPI_Comm comm, const char* in = nullptr,
-                         char* out = nullptr);
-Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_Comm comm);
+                         char* out = nullptr, MPI_Op last_op = MPI_OP_NULL);
+Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_Comm comm, const char* in = nullptr,
+                     bool finish = false);
 
 // A contiguous datatype of `row_bytes` so counts stay in rows (large tensors keep int counts small).
 class RowType {

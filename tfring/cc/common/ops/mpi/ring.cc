@@ -14,10 +14,14 @@ namespace {
 
 int Mod(int64_t i, int p) { return static_cast<int>((i % p + p) % p); }
 
+// A received piece is summed while it is still in cache: 64 MiB at np=2 took 10.0 ms in pieces of a chunk (8 MiB
+// blocks), 8.1-8.4 in pieces of 128 KiB-2 MiB (benchmarks/bcast_bound.py, 2026-11-30).
+constexpr int64_t kPieceBytes = 1 << 20;
+
 }  // namespace
 
 Status RingReduceScatter(MpiContext& ctx, const Response& r, char* buf, const std::vector<int64_t>& counts,
-                         const std::vector<int64_t>& displs, MPI_Comm comm, const char* in, char* out) {
+                         const std::vector<int64_t>& displs, MPI_Comm comm, const char* in, char* out, MPI_Op last_op) {
   int p = 1, me = 0;
   TFR_CHECK_MPI(MPI_Comm_size(comm, &p));
   TFR_CHECK_MPI(MPI_Comm_rank(comm, &me));
@@ -28,10 +32,10 @@ Status RingReduceScatter(MpiContext& ctx, const Response& r, char* buf, const st
   }
   const MPI_Datatype type = ctx.Type(r.dtype);
   const MPI_Op op = ctx.Op(r.reduce_op, r.dtype);
-  // Blocks travel in pieces of at most chunk_bytes (bounds the kept receive buffer, keeps the sum in cache). Every
+  // Blocks travel in pieces of at most chunk_bytes and kPieceBytes (bounds the kept receive buffer). Every
   // rank makes the same number of calls per step, from the largest block, so the sends and receives pair up.
   const int64_t largest = *std::max_element(counts.begin(), counts.end());
-  const int64_t piece = std::max<int64_t>(1, std::min(ctx.ChunkElements(esize), largest));
+  const int64_t piece = std::max<int64_t>(1, std::min({ctx.ChunkElements(esize), largest, kPieceBytes / esize}));
   const int64_t pieces = (largest + piece - 1) / piece;
   if (static_cast<int64_t>(ctx.scratch.size()) < piece * esize) ctx.scratch.resize(piece * esize);
   const int next = Mod(me + 1, p), prev = Mod(me - 1, p);
@@ -60,22 +64,34 @@ Status RingReduceScatter(MpiContext& ctx, const Response& r, char* buf, const st
                                  recv_n, type, prev, 2, comm, MPI_STATUS_IGNORE));
       if (recv_n == 0) continue;
       if (in != nullptr) std::copy_n(in + (displs[from] + at) * esize, recv_n * esize, sum + at * esize);
-      TFR_CHECK_MPI(MPI_Reduce_local(ctx.scratch.data(), sum + at * esize, recv_n, type, op));
+      TFR_CHECK_MPI(MPI_Reduce_local(ctx.scratch.data(), sum + at * esize, recv_n, type,
+                                     s == p - 2 && last_op != MPI_OP_NULL ? last_op : op));
     }
   }
   return Status::OK();
 }
 
-Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_Comm comm) {
+Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_Comm comm, const char* in, bool finish) {
   int p = 1, me = 0;
   TFR_CHECK_MPI(MPI_Comm_size(comm, &p));
   TFR_CHECK_MPI(MPI_Comm_rank(comm, &me));
   const std::vector<int64_t> counts = EvenRowCounts(n, p), displs = Offsets(counts);
-  TFR_RETURN_IF_ERROR(RingReduceScatter(ctx, r, buf, counts, displs, comm));
   const int64_t esize = DataTypeSize(r.dtype);
-  const MPI_Datatype type = ctx.Type(r.dtype);
   auto at = [&](int64_t i) { return buf + displs[Mod(i, p)] * esize; };
   auto count = [&](int64_t i) { return static_cast<int>(counts[Mod(i, p)]); };
+  // At 2 ranks Average's division rides in the one reduction step (pair mean); otherwise this rank divides only
+  // the block it reduced, before the blocks go round.
+  const MPI_Op last = finish && p == 2 ? ctx.PairMeanOp(r.reduce_op, r.dtype) : MPI_OP_NULL;
+  if (in == nullptr || in == buf) {
+    TFR_RETURN_IF_ERROR(RingReduceScatter(ctx, r, buf, counts, displs, comm, nullptr, nullptr, last));
+  } else {  // the partial sums of 3+ ranks go to the fusion buffer, which no direct allreduce uses meanwhile
+    const int64_t largest = *std::max_element(counts.begin(), counts.end());
+    const int64_t temp = (p >= 4 ? 2 : p == 3 ? 1 : 0) * largest * esize;
+    if (static_cast<int64_t>(ctx.fusion_buffer.size()) < temp) ctx.fusion_buffer.resize(temp);
+    TFR_RETURN_IF_ERROR(RingReduceScatter(ctx, r, ctx.fusion_buffer.data(), counts, displs, comm, in, at(me), last));
+  }
+  if (finish) FinishAllreduce(ctx, r, at(me), count(me), last != MPI_OP_NULL);
+  const MPI_Datatype type = ctx.Type(r.dtype);
   for (int s = 0; s < p - 1; ++s)  // this rank holds reduced block me; pass the reduced blocks round
     TFR_CHECK_MPI(MPI_Sendrecv(at(me - s), count(me - s), type, Mod(me + 1, p), 3, at(me - s - 1), count(me - s - 1),
                                type, Mod(me - 1, p), 3, comm, MPI_STATUS_IGNORE));
