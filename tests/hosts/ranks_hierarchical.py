@@ -14,9 +14,13 @@ import torch
 import tfring.torch as hvd
 
 SUBSET = hvd.ProcessSet([0, 1, 3])  # spans both hosts, with two ranks on one of them, in every layout used
-hvd.init(process_sets=[SUBSET])
-R, N = hvd.rank(), hvd.size()
 HOST_OF = [int(h) for h in os.environ["HOST_OF"].split(",")]
+# Each host's first rank: no host holds two of them, so the set reduces flat, and each of its ranks has a host's
+# cores to itself, so from 256 KiB it takes tfring's ring (ring.cc; 3 ranks on three hosts, 2 on two), which the
+# suite's one-machine launches never take (fewer cores than ranks).
+HEADS = hvd.ProcessSet(sorted({HOST_OF.index(h) for h in HOST_OF}))
+hvd.init(process_sets=[SUBSET, HEADS])
+R, N = hvd.rank(), hvd.size()
 
 
 def T(x):
@@ -129,3 +133,32 @@ def test_timeline_shows_the_hierarchical_path():
     assert "MPI_HIERARCHICAL_ALLREDUCE" in names and "MPI_HIERARCHICAL_ALLGATHER" in names, sorted(
         n for n in names if n)
     assert "MPI_ALLREDUCE" not in names
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("op", [hvd.Average, hvd.Sum, hvd.Max])
+def test_ring_of_host_heads_in_and_out_of_place(dtype, op):
+    # The set's even members reduce in place (allreduce_), the odd ones out of place: the ring makes the same calls
+    # either way; every member ends with the same bits, and the out-of-place input is left as it was.
+    try:
+        if R in HEADS.ranks:
+            _reduce_as_a_head(dtype, op)
+    finally:
+        hvd.barrier()  # the other ranks wait: a rank at the file's end would shut tfring down
+
+
+def _reduce_as_a_head(dtype, op):
+    n, me = 300001, HEADS.ranks.index(R)
+    x = T(inputs(dtype, n, R))
+    name = "heads_%s_%s" % (np.dtype(dtype).name, op)
+    out = hvd.allreduce_(x, op=op, process_set=HEADS, name=name) if me % 2 == 0 else \
+        hvd.allreduce(x, op=op, process_set=HEADS, name=name)
+    stack = np.stack([inputs(dtype, n, r).astype(np.float64) for r in HEADS.ranks])
+    want = stack.max(0) if op == hvd.Max else stack.sum(0) / (len(HEADS.ranks) if op == hvd.Average else 1)
+    if np.dtype(dtype).kind == "i":
+        want = np.trunc(want)
+    np.testing.assert_allclose(out.numpy().astype(np.float64), want, rtol=1e-6)
+    if me % 2:
+        np.testing.assert_array_equal(x.numpy(), inputs(dtype, n, R))
+    rows = hvd.allgather(out[None], process_set=HEADS)
+    assert all(torch.equal(rows[k], rows[0]) for k in range(len(HEADS.ranks))), "members hold different bits"
