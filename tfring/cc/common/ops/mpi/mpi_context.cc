@@ -75,11 +75,35 @@ __attribute__((target_clones("avx2", "default"))) void PairMeanF64(void* in, voi
   PairMeanLoop(static_cast<const double*>(in), static_cast<double*>(inout), *len);
 }
 
+// The last step of tfring's ring (ring.cc) at 3+ ranks: this rank's block gets the last rank's partial sum added,
+// then divided, in one pass: b = (b + a) / d, the bits of summing and then dividing (DivideBuffer divides; a power
+// of two multiplies by its exact reciprocal). MPI user ops take no argument: d is set, on the calling thread, just
+// before MPI_Reduce_local, which runs the op on that thread.
+thread_local int t_mean_divisor = 1;
+
+template <typename T>
+inline void MeanLastLoop(const T* __restrict a, T* __restrict b, int len) {
+  const T d = static_cast<T>(t_mean_divisor);
+  int i = 0;
+  for (; i + 16 <= len; i += 16)
+    for (int j = 0; j < 16; ++j) b[i + j] = (b[i + j] + a[i + j]) / d;
+  for (; i < len; ++i) b[i] = (b[i] + a[i]) / d;
+}
+
+__attribute__((target_clones("avx2", "default"))) void MeanLastF32(void* in, void* inout, int* len, MPI_Datatype*) {
+  MeanLastLoop(static_cast<const float*>(in), static_cast<float*>(inout), *len);
+}
+
+__attribute__((target_clones("avx2", "default"))) void MeanLastF64(void* in, void* inout, int* len, MPI_Datatype*) {
+  MeanLastLoop(static_cast<const double*>(in), static_cast<double*>(inout), *len);
+}
+
 // User ops for 16-bit floats, created once per process (MPI ops outlive communicators).
 MPI_Op g_half_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 MPI_Op g_bf16_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 MPI_Op g_small_int_sum[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // uint8, int8, uint16, int16
 MPI_Op g_pair_mean[2] = {MPI_OP_NULL, MPI_OP_NULL};                                // float32, float64
+MPI_Op g_mean_last[2] = {MPI_OP_NULL, MPI_OP_NULL};                                // float32, float64
 
 void CreateUserOps() {
   if (g_half_ops[0] != MPI_OP_NULL) return;
@@ -97,6 +121,8 @@ void CreateUserOps() {
   MPI_Op_create(&WrapSum<int16_t, uint16_t>, 1, &g_small_int_sum[3]);
   MPI_Op_create(&PairMeanF32, 1, &g_pair_mean[0]);
   MPI_Op_create(&PairMeanF64, 1, &g_pair_mean[1]);
+  MPI_Op_create(&MeanLastF32, 1, &g_mean_last[0]);
+  MPI_Op_create(&MeanLastF64, 1, &g_mean_last[1]);
 }
 
 // The cgroup CPU quota in thousandths of a CPU (v2 cpu.max, else v1 cfs quota/period); INT64_MAX when none.
@@ -287,6 +313,13 @@ MPI_Op MpiContext::PairMeanOp(ReduceOp op, DataType t) const {
   if (t == DataType::FLOAT32) return g_pair_mean[0];
   if (t == DataType::FLOAT64) return g_pair_mean[1];
   return MPI_OP_NULL;
+}
+
+MPI_Op MpiContext::MeanLastOp(ReduceOp op, DataType t, int divisor) const {
+  if (op != ReduceOp::AVERAGE || divisor < 2 || (t != DataType::FLOAT32 && t != DataType::FLOAT64)) return MPI_OP_NULL;
+  if (divisor == 2) return g_pair_mean[t == DataType::FLOAT32 ? 0 : 1];
+  t_mean_divisor = divisor;
+  return g_mean_last[t == DataType::FLOAT32 ? 0 : 1];
 }
 
 MPI_Op MpiContext::Op(ReduceOp op, DataType t) const {

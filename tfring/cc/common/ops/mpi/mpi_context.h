@@ -84,6 +84,9 @@ struct MpiContext {
   // Average of float32/float64 over exactly two ranks (comm): an op that halves as it adds, so the result needs no
   // division afterwards; MPI_OP_NULL where that does not apply.
   MPI_Op PairMeanOp(ReduceOp op, DataType t) const;
+  // Average of float32/float64 in the last reduction step of a ring over `divisor` ranks: adds, then divides by
+  // divisor (the pair mean at 2). For MPI_Reduce_local on the calling thread only; MPI_OP_NULL where it does not apply.
+  MPI_Op MeanLastOp(ReduceOp op, DataType t, int divisor) const;
 };
 
 }  // namespace tfring

@@ -79,9 +79,10 @@ Status RingAllreduce(MpiContext& ctx, const Response& r, char* buf, int n, MPI_C
   const int64_t esize = DataTypeSize(r.dtype);
   auto at = [&](int64_t i) { return buf + displs[Mod(i, p)] * esize; };
   auto count = [&](int64_t i) { return static_cast<int>(counts[Mod(i, p)]); };
-  // At 2 ranks Average's division rides in the one reduction step (pair mean); otherwise this rank divides only
-  // the block it reduced, before the blocks go round.
-  const MPI_Op last = finish && p == 2 ? ctx.PairMeanOp(r.reduce_op, r.dtype) : MPI_OP_NULL;
+  // Average's division rides in the last reduction step (floats, no postscale: the bits of summing and then
+  // dividing); otherwise this rank divides only the block it reduced, before the blocks go round.
+  const MPI_Op last =
+      finish && (r.postscale == 1.0 || p == 2) && p == ctx.size ? ctx.MeanLastOp(r.reduce_op, r.dtype, p) : MPI_OP_NULL;
   if (in == nullptr || in == buf) {
     TFR_RETURN_IF_ERROR(RingReduceScatter(ctx, r, buf, counts, displs, comm, nullptr, nullptr, last));
   } else {  // the partial sums of 3+ ranks go to the fusion buffer, which no direct allreduce uses meanwhile
