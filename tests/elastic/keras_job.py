@@ -8,6 +8,7 @@ tf_keras's (Keras 2), else Keras 3's on KERAS_BACKEND (tensorflow, jax or torch)
 Every rank appends one JSON line per finished step to $ELASTIC_OUT/steps.<pid>.jsonl and one per commit (the
 step count it saved) to $ELASTIC_OUT/commits.<pid>.jsonl, and writes its final weights to
 $ELASTIC_OUT/final.<pid>.npz."""
+import hashlib
 import json
 import os
 import signal
@@ -43,7 +44,10 @@ x_all = rng.randn(EPOCHS * STEPS * BATCH * 4, 8).astype("float32")
 y_all = (x_all @ rng.randn(8, 1)).astype("float32")
 
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
-optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01))
+# ELASTIC_SHARDED=1 or 2: Adam with its state sharded (ZeRO stage 1 or 2), cut again at every size the job takes.
+SHARDED = int(os.environ.get("ELASTIC_SHARDED", "0"))
+optimizer = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), sharded=SHARDED) if SHARDED else \
+    hvd.DistributedOptimizer(keras.optimizers.SGD(0.01))
 model.compile(optimizer=optimizer, loss="mse")
 FLAVOUR = keras.__name__ if keras.__name__ == "tf_keras" else keras.backend.backend()
 
@@ -55,6 +59,10 @@ def current_step():
         sync()
     return int(keras.ops.convert_to_numpy(optimizer.iterations)) if FLAVOUR != "tf_keras" else \
         int(optimizer.iterations.numpy())
+
+
+def digest(values):
+    return hashlib.sha1(b"".join(np.ascontiguousarray(v).tobytes() for v in values)).hexdigest()
 
 
 steps_log = open(os.path.join(OUT, "steps.%d.jsonl" % os.getpid()), "a")
@@ -108,8 +116,11 @@ class LoggedKerasState(hvd.elastic.KerasState):
 
     def save(self):
         super().save()
-        commits_log.write(json.dumps({"t": time.time(), "step": current_step(),
-                                      "rank": hvd.rank(), "size": hvd.size(), "first_rank": FIRST_RANK}) + "\n")
+        row = {"t": time.time(), "step": current_step(), "rank": hvd.rank(), "size": hvd.size(),
+               "first_rank": FIRST_RANK}
+        if SHARDED and self._optimizer_values is not None:  # the commit's whole optimizer state
+            row["optimizer"] = digest(self._optimizer_values)
+        commits_log.write(json.dumps(row) + "\n")
         commits_log.flush()
 
 
@@ -118,10 +129,25 @@ resets = []
 state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 
 
+class CheckSharded(keras.callbacks.Callback):
+    """ELASTIC_SHARDED: at the start of every fit (every rank at once, the newcomer too), the optimizer's whole
+    state as the job holds it now (gathered from the shards: a collective) and this rank's shard size."""
+
+    def on_train_begin(self, logs=None):
+        if SHARDED:
+            log = open(os.path.join(OUT, "sharded.%d.jsonl" % os.getpid()), "a")
+            inner = optimizer.inner_optimizer
+            slots = sum(int(v.shape[0]) for v in inner.variables if len(v.shape) == 1)  # flat shards, not scalars
+            log.write(json.dumps({"step": current_step(), "size": hvd.size(), "spawned": SPAWNED, "slots": slots,
+                                  "optimizer": digest(optimizer.sharded_state())}) + "\n")
+            log.close()
+
+
 @hvd.elastic.run
 def train(state):
     x, y = x_all[hvd.rank()::hvd.size()], y_all[hvd.rank()::hvd.size()]
-    callbacks = [Record(), hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+    callbacks = [CheckSharded(), Record(), hvd.elastic.UpdateEpochStateCallback(state),
+                 hvd.elastic.UpdateBatchStateCallback(state),
                  hvd.elastic.CommitStateCallback(state, batches_per_commit=COMMIT_EVERY), Kill()]
     model.fit(x, y, batch_size=BATCH, steps_per_epoch=STEPS, epochs=EPOCHS - state.epoch, verbose=0, shuffle=False,
               callbacks=callbacks)

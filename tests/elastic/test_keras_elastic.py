@@ -89,12 +89,14 @@ def flavour_env(flavour):
 # `built`, and a newcomer must build its slots before the first sync as the others did (else the state broadcast
 # stalls on the slot variables the newcomer lacks). Each flavour once: the victim is rank 0 (the harder case: the
 # state comes from a former rank 1) on Keras 3/TensorFlow and torch, a worker on tf_keras and JAX.
-@pytest.mark.parametrize("victim,flavour", [(0, "keras"), (1, "tf_keras"), (1, "jax"), (0, "torch")])
-def test_killed_worker_job_goes_on_with_survivors_then_a_new_slot_joins(tmp_path, victim, flavour):
+# On JAX and torch Adam's state is sharded (ZeRO stage 1 and 2): cut for 3, 2 and 3 ranks in turn.
+@pytest.mark.parametrize("victim,flavour,sharded", [(0, "keras", 0), (1, "tf_keras", 0), (1, "jax", 1),
+                                                    (0, "torch", 2)])
+def test_killed_worker_job_goes_on_with_survivors_then_a_new_slot_joins(tmp_path, victim, flavour, sharded):
     kill_at, grow_at = 10, 11  # the second step of the second epoch (8 steps per epoch); the first after it
     hosts, script = discovery_script(tmp_path, "localhost:3\n")
     env = dict(flavour_env(flavour), ELASTIC_KILL="%d:%d" % (victim, kill_at), ELASTIC_STEP_SLEEP="0.25",
-               ELASTIC_GROW="%s=localhost:4" % hosts, ELASTIC_GROW_AT=str(grow_at))
+               ELASTIC_GROW="%s=localhost:4" % hosts, ELASTIC_GROW_AT=str(grow_at), ELASTIC_SHARDED=str(sharded))
     rc, out = finish(launch(tmp_path, ["-np", "3", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
                                        str(script)], env))
     assert rc == 0, out[-5000:]
@@ -136,6 +138,32 @@ def test_killed_worker_job_goes_on_with_survivors_then_a_new_slot_joins(tmp_path
     seq = [r["step"] for r in newcomer[0]]
     assert seq[0] > grow_at and seq == list(range(seq[0], seq[-1] + 1)), seq  # from the committed step count, not 0
     assert seq[-1] == int(finals[0]["step"]), seq
+    if sharded:
+        assert_sharded_state_restored(tmp_path)
+
+
+def assert_sharded_state_restored(tmp_path):
+    """Every fit after a reset starts from the whole optimizer state of the commit it resumes (the commit of the
+    step it starts at: gathered from the shards of the ranks now, digest for digest), and each rank keeps only its
+    part of Adam's two slots of the model's 161 weights at every size (the parts' sizes follow the layout)."""
+    committed = {}
+    for f in glob.glob(str(tmp_path / "commits.*.jsonl")):
+        for row in map(json.loads, open(f)):
+            committed.setdefault(row["step"], set()).add(row["optimizer"])
+    assert all(len(d) == 1 for d in committed.values()), committed  # every rank committed the same state
+    logs = [[json.loads(line) for line in open(f)] for f in glob.glob(str(tmp_path / "sharded.*.jsonl"))]
+    survivors = [rows for rows in logs if not rows[0]["spawned"] and len(rows) == 3]
+    assert len(survivors) == 2 and sum(rows[0]["spawned"] and len(rows) == 1 for rows in logs) == 1, logs
+    at = {}  # the ranks' shards at each fit's start: together Adam's two slots of every weight, once (or padded)
+    for row in (row for rows in logs for row in rows):
+        at.setdefault((row["step"], row["size"]), []).append(row["slots"])
+    for (step, size), slots in at.items():
+        assert len(slots) == size and 2 * 161 <= sum(slots) <= 2 * (161 + 4 * size), (step, size, slots)
+        assert max(slots) < 2 * 161 * 0.7, (step, size, slots)
+    for rows in logs:
+        for row in rows[0 if rows[0]["spawned"] else 1:]:  # (a job's first fit starts from no commit)
+            assert {row["optimizer"]} == committed[row["step"]], (row, committed.get(row["step"]))
+    assert [row["size"] for row in survivors[0]] == [3, 2, 3]
 
 
 def test_below_min_np_ends_the_job_with_a_message(tmp_path):

@@ -157,6 +157,12 @@ def global_norm_scale(shards, clipnorm, reduce_sum):
     return ops.minimum(1.0, clipnorm / ops.maximum(norm, 1e-12))
 
 
+def current_place(process_set):
+    """(this rank's rank, the size) in process_set, or in the job when None."""
+    from tfring.common import topology
+    return (topology.rank(), topology.size()) if process_set is None else (process_set.rank(), process_set.size())
+
+
 class Sharding:
     """The sharded path of one DistributedOptimizer (built with its variables).
 
@@ -175,11 +181,9 @@ class Sharding:
     """
 
     def __init__(self, owner, variables, binding, op, process_set, compression, write_flat=None, per_variable=False):
-        from tfring.common import topology
         self.binding, self.op, self.compression, self.write_flat = binding, op, compression, write_flat
         self.kwargs = {} if process_set is None else {"process_set": process_set}
-        rank, size = (topology.rank(), topology.size()) if process_set is None else \
-            (process_set.rank(), process_set.size())
+        self.rank, self.size = rank, size = current_place(process_set)
         if rank is None or rank < 0:
             raise ValueError("tfring.keras.DistributedOptimizer: sharded on a rank outside process_set %r"
                              % (process_set,))

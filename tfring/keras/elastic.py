@@ -23,6 +23,8 @@ class KerasState(VariablesState):
     The optimizer is built before the first sync, so a rank that joins holds the same variables as the others.
     On JAX the trainer's state is written back into the variables before each copy (a commit inside `fit`).
     After a reset the model's compiled functions are dropped, so they are traced again for the new ranks.
+    A sharded optimizer (`DistributedOptimizer(..., sharded=1 or 2)`) is committed in its unsharded layout and
+    cut again for the job's new size after a reset (docs/sharded-optimizer.md).
 
     Args:
         model: the Keras model.
@@ -34,15 +36,63 @@ class KerasState(VariablesState):
     _default_bcast_object = staticmethod(ObjectState._default_bcast_object)
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
-        sharded = getattr(_distributed(optimizer if optimizer is not None else getattr(model, "optimizer", None)),
-                          "sharded", 0)
-        if sharded:
-            # A commit would keep each rank's shard only, and the shards' sizes follow the job's size; said by
-            # name rather than restoring a dead rank's shard from another's (docs/sharded-optimizer.md).
-            raise ValueError("tfring.keras.elastic.KerasState: the optimizer is sharded=%d, which elastic Keras "
-                             "jobs do not support yet (a commit holds each rank's shard only); use sharded=False "
-                             "(tfring.torch's sharded optimizer does work in elastic jobs)" % sharded)
+        dist = _distributed(optimizer if optimizer is not None else getattr(model, "optimizer", None))
+        # A sharded optimizer's state is committed in its unsharded layout (every rank keeps all of it: the shards'
+        # owners change with the job's size) and cut again after a reset (docs/sharded-optimizer.md).
+        self._sharded = dist if getattr(dist, "sharded", 0) else None
+        self._optimizer_values, self._rolled_back, self._constructed = None, False, False
         super().__init__(model=model, optimizer=optimizer, **kwargs)
+        self._constructed = True
+
+    def _tracked(self):
+        tracked = super()._tracked()  # (builds the optimizer first)
+        if self._sharded is None:
+            return tracked
+        own = {id(v) for v in self._sharded.variables}
+        return [v for v in tracked if id(v) not in own]  # the model's, and an outer loss scaling's
+
+    def _save_variables(self):
+        super()._save_variables()
+        # A collective: not in the constructor, which a process a growth added runs alone.
+        if self._sharded is not None and self._constructed:
+            self._optimizer_values = self._sharded.sharded_state()
+
+    def restore(self):
+        super().restore()
+        if self._sharded is not None:
+            # The optimizer's commit is loaded after the reset, cut for the job's new size; until then its variables
+            # must not keep what the failed step left (on JAX an array holding the step's error).
+            for v in self._sharded.variables:
+                v.assign(np.zeros(tuple(v.shape), v.dtype))
+            self._rolled_back = True
+
+    def reset(self):
+        super().reset()
+        if self._sharded is not None and self._optimizer_values is not None:  # (a process just added has none)
+            if self._sharded.reshard() or self._rolled_back:
+                self._sharded.load_sharded_state(self._optimizer_values)
+        self._rolled_back = False
+
+    def sync(self):
+        if self._sharded is not None:
+            self._resume_after_restart()  # rank 0 may take up a commit from disk, its optimizer values with it
+            self._sharded.reshard()
+            values = self._bcast_object(self._optimizer_values)
+            if values is not None:
+                self._sharded.load_sharded_state(values)
+        super().sync()
+
+    def _snapshot(self):
+        snapshot = super()._snapshot()
+        return snapshot if self._sharded is None else dict(snapshot, optimizer=self._optimizer_values)
+
+    def _load_snapshot(self, snapshot):
+        super()._load_snapshot(snapshot)
+        if self._sharded is not None:
+            if "optimizer" not in snapshot:
+                raise ValueError("the commit was written without a sharded optimizer; this job's is sharded=%d"
+                                 % self._sharded.sharded)
+            self._optimizer_values = snapshot["optimizer"]
 
     def _broadcast(self, variables):
         glue().broadcast_variables(variables, 0, None)

@@ -247,6 +247,44 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         self._sharding.load_values(self._variables, self.inner_optimizer,
                                    [store[str(i)] for i in range(len(store.keys()))], WHO)
 
+    # -- elastic jobs (tfring.keras.elastic.KerasState) --
+
+    def sharded_state(self):
+        """The optimizer's values in the unsharded layout, as numpy (a collective of the set, as saving is)."""
+        return self._sharding.saved_values(self._variables, self.inner_optimizer)
+
+    def load_sharded_state(self, values):
+        """Keeps this rank's shard of `values` (sharded_state's layout, from any size); no collective."""
+        self._sharding.load_values(self._variables, self.inner_optimizer, list(values), WHO)
+
+    def reshard(self):
+        """After an elastic reset: cuts the state again for the set's current size when it changed (new shard
+        variables, the inner optimizer's per-shard state built on them, all zero until load_sharded_state). The
+        plain values (iterations, learning rate) and stage 1's whole accumulators stay. Returns whether it cut.
+        """
+        old = self._sharding
+        if old is None or (old.rank, old.size) == _sharding.current_place(self.process_set):
+            return False
+        inner = self.inner_optimizer
+        kinds = _sharding.sharded_kinds(inner, old.params)
+        for v, k in zip(list(inner.variables), kinds):
+            if k[0] == "slot":
+                inner._untrack_variable(v)
+        for v in list(old.params) + list(old.accumulators):
+            self._untrack_variable(v)
+        inner.built = False  # Keras optimizers build once; their slot lists are made again by build()
+        with keras.name_scope(self.name, caller=self):
+            self._sharding = _sharding.Sharding(self, self._trainable_variables, _glue.binding, self.op,
+                                                self.process_set, self.compression, getattr(_glue, "write_flat", None),
+                                                getattr(_glue, "shard_per_variable", False))
+            inner.build(self._sharding.params)
+            if old.accumulators:  # stage 2 over backward passes: shard-sized accumulators
+                self._accumulators = [self.add_variable((b["shard"],), dtype=b["dtype"], initializer="zeros",
+                                                        name="grad_shard_accumulator_%d" % k)
+                                      for k, b in enumerate(self._sharding.layout.buckets)]
+                self._sharding.accumulators = self._accumulators
+        return True
+
     def _count_pass(self):
         """Counts this backward pass; whether it is the k-th (the same on every rank: each counts its own)."""
         self._pass_counter.assign((self._pass_counter.value + 1) % self.backward_passes_per_step)
