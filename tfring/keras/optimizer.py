@@ -266,6 +266,8 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         if old is None or (old.rank, old.size) == _sharding.current_place(self.process_set):
             return False
         inner = self.inner_optimizer
+        while isinstance(inner, keras.optimizers.LossScaleOptimizer):  # its own variables are plain: they stay
+            inner = inner.inner_optimizer
         kinds = _sharding.sharded_kinds(inner, old.params)
         for v, k in zip(list(inner.variables), kinds):
             if k[0] == "slot":
