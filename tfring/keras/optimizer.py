@@ -250,17 +250,28 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
     # -- elastic jobs (tfring.keras.elastic.KerasState) --
 
     def sharded_state(self):
-        """The optimizer's values in the unsharded layout, as numpy (a collective of the set, as saving is)."""
+        """The sharded optimizer's values in the unsharded layout (a collective of the set, as saving is).
+
+        Returns:
+            list: numpy arrays, the layout `model.save` writes (loads at any size, sharded or not).
+        """
         return self._sharding.saved_values(self._variables, self.inner_optimizer)
 
     def load_sharded_state(self, values):
-        """Keeps this rank's shard of `values` (sharded_state's layout, from any size); no collective."""
+        """Keeps this rank's shard of `values`; no collective.
+
+        Args:
+            values: `sharded_state()`'s layout, saved at any size (or by an unsharded optimizer).
+        """
         self._sharding.load_values(self._variables, self.inner_optimizer, list(values), WHO)
 
     def reshard(self):
         """After an elastic reset: cuts the state again for the set's current size when it changed (new shard
-        variables, the inner optimizer's per-shard state built on them, all zero until load_sharded_state). The
-        plain values (iterations, learning rate) and stage 1's whole accumulators stay. Returns whether it cut.
+        variables, the inner optimizer's per-shard state built on them, all zero until `load_sharded_state`). The
+        plain values (iterations, learning rate) and stage 1's whole accumulators stay.
+
+        Returns:
+            bool: whether the size had changed (and the state was cut again).
         """
         old = self._sharding
         if old is None or (old.rank, old.size) == _sharding.current_place(self.process_set):
