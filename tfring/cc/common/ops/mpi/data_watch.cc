@@ -1,7 +1,13 @@
 #include "data_watch.h"
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+
+#include <unistd.h>
 
 #include "../../clock.h"
 #include "../../logging.h"
@@ -23,7 +29,20 @@ std::string Describe(const Response& r) {
   return s;
 }
 
+// (Tests) whether this rank's failed transfers hang on instead of returning, as an MPI call that neither a peer's
+// death nor the revoke gives back would:
+// TFRING_TEST_HOLD_FAILED_TRANSFER lists world ranks ("1" or "0,2").
+bool HoldFailedTransfer() {
+  const char* v = std::getenv("TFRING_TEST_HOLD_FAILED_TRANSFER");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (v == nullptr || rank == nullptr) return false;
+  const std::string list = std::string(",") + v + ",";
+  return list.find(std::string(",") + rank + ",") != std::string::npos;
+}
+
 }  // namespace
+
+DataWatch::DataWatch(MpiContext& ctx) : ctx_(ctx), hold_failed_(HoldFailedTransfer()) {}
 
 void DataWatch::Start() {
   if (ctx_.stall_warn_seconds <= 0 && ctx_.stall_shutdown_seconds <= 0) return;
@@ -55,7 +74,11 @@ void DataWatch::Begin(const Response& r) {
 }
 
 Status DataWatch::End(Status s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (hold_failed_ && (gave_up_ || !s.ok())) {  // (tests) the call never comes back: the backstop ends this process
+    lock.unlock();
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   active_ = false;
   if (!gave_up_) return s;
   gave_up_ = false;
@@ -69,6 +92,16 @@ void DataWatch::Loop() {
   std::unique_ptr<SilenceCheck> check;
   while (!stop_) {
     cv_.wait_for(lock, kTick);
+    const double backstop = std::max(5.0, ctx_.stall_shutdown_seconds);
+    if (!stop_ && active_ && gave_up_ && seq_ == checking && SteadySeconds() - gave_up_at_ >= backstop) {
+      TFR_LOG(TFR_ERROR, Describe(*response_)
+                             << " has not returned " << backstop
+                             << " s after this rank abandoned it (the communicators revoked): MPI does not give the "
+                                "call back, so this process ends itself (SIGKILL, as a failed worker) and the job "
+                                "goes on without it");
+      std::fflush(stderr);
+      kill(getpid(), SIGKILL);
+    }
     if (stop_ || !active_ || gave_up_ || SteadySeconds() - start_ < kQuietSeconds) continue;
     if (checking != seq_) {
       check.reset(new SilenceCheck(ctx_, Describe(*response_), start_));
@@ -93,6 +126,7 @@ void DataWatch::Loop() {
       return;
     }
     gave_up_ = true;
+    gave_up_at_ = SteadySeconds();
     failure_ = Status::DeadlineExceeded(failure.message() + "; the transfer is abandoned on every live rank");
     ctx_.Revoke();  // the blocked call returns MPI_ERR_REVOKED; End() reports the deadline instead
   }

@@ -6,6 +6,8 @@
 // rank logs the error and the job ends (MPI_Abort), so the launcher exits non-zero. In an elastic job (ULFM) the
 // silent ranks are ended as in the negotiation and MPI fails the transfer as after a kill; where that does not
 // happen within the grace, the watch revokes the communicators and the transfer fails with the deadline's error.
+// A transfer that still has not returned a while after the revoke (the backstop, max(5 s, the shutdown time): MPI
+// did not give the call back) ends this process, so that its peers see a failed rank and go on, never a hang.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -21,7 +23,7 @@ namespace tfring {
 
 class DataWatch {
  public:
-  explicit DataWatch(MpiContext& ctx) : ctx_(ctx) {}
+  explicit DataWatch(MpiContext& ctx);
   ~DataWatch() { Stop(); }
   // Starts the thread where the stall settings ask for deadlines and MPI allows a second calling thread.
   void Start();
@@ -39,7 +41,8 @@ class DataWatch {
   std::condition_variable cv_;
   bool running_ = false, stop_ = false, active_ = false, gave_up_ = false;
   uint64_t seq_ = 0;  // the transfer in flight (a new SilenceCheck for each)
-  double start_ = 0;
+  double start_ = 0, gave_up_at_ = 0;
+  bool hold_failed_ = false;            // tests: a failed transfer never ends (TFRING_TEST_HOLD_FAILED_TRANSFER)
   const Response* response_ = nullptr;  // the transfer in flight, valid while active_
   Status failure_;
   std::thread thread_;
