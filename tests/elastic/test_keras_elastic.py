@@ -89,7 +89,7 @@ def flavour_env(flavour):
 # `built`, and a newcomer must build its slots before the first sync as the others did (else the state broadcast
 # stalls on the slot variables the newcomer lacks). Each flavour once: the victim is rank 0 (the harder case: the
 # state comes from a former rank 1) on Keras 3/TensorFlow and torch, a worker on tf_keras and JAX.
-# On JAX and torch Adam's state is sharded (ZeRO stage 1 and 2): cut for 3, 2 and 3 ranks in turn.
+# On JAX Adam's state is sharded (ZeRO stage 1), on torch Nadam's (stage 2): cut for 3, 2 and 3 ranks in turn.
 @pytest.mark.parametrize("victim,flavour,sharded", [(0, "keras", 0), (1, "tf_keras", 0), (1, "jax", 1),
                                                     (0, "torch", 2)])
 def test_killed_worker_job_goes_on_with_survivors_then_a_new_slot_joins(tmp_path, victim, flavour, sharded):
@@ -145,7 +145,7 @@ def test_killed_worker_job_goes_on_with_survivors_then_a_new_slot_joins(tmp_path
 def assert_sharded_state_restored(tmp_path):
     """Every fit after a reset starts from the whole optimizer state of the commit it resumes (the commit of the
     step it starts at: gathered from the shards of the ranks now, digest for digest), and each rank keeps only its
-    part of Adam's two slots of the model's 161 weights at every size (the parts' sizes follow the layout)."""
+    part of the two slots (Adam's, Nadam's) of the model's 161 weights at every size (sizes follow the layout)."""
     committed = {}
     for f in glob.glob(str(tmp_path / "commits.*.jsonl")):
         for row in map(json.loads, open(f)):

@@ -52,16 +52,22 @@ class KerasState(VariablesState):
         return [v for v in tracked if id(v) not in own]  # the model's, and an outer loss scaling's
 
     def _save_variables(self):
-        super()._save_variables()
-        # A collective: not in the constructor, which a process a growth added runs alone.
+        # The optimizer's collective first (not in the constructor, which a process a growth added runs alone): a
+        # failure inside it leaves the last commit whole, the model's values and the attributes included.
+        values = None
         if self._sharded is not None and self._constructed:
-            self._optimizer_values = self._sharded.sharded_state()
+            self._before_save()
+            values = self._sharded.sharded_state()
+        super()._save_variables()
+        if values is not None:
+            self._optimizer_values = values
 
     def restore(self):
         super().restore()
-        if self._sharded is not None:
+        if self._sharded is not None and self._optimizer_values is not None:
             # The optimizer's commit is loaded after the reset, cut for the job's new size; until then its variables
-            # must not keep what the failed step left (on JAX an array holding the step's error).
+            # must not keep what the failed step left (on JAX an array holding the step's error). (No commit yet: a
+            # failure in the first sync, before any step; the variables stay as they are.)
             for v in self._sharded.variables:
                 v.assign(np.zeros(tuple(v.shape), v.dtype))
             self._rolled_back = True

@@ -279,10 +279,11 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         inner = self.inner_optimizer
         while isinstance(inner, keras.optimizers.LossScaleOptimizer):  # its own variables are plain: they stay
             inner = inner.inner_optimizer
-        kinds = _sharding.sharded_kinds(inner, old.params)
-        for v, k in zip(list(inner.variables), kinds):
-            if k[0] == "slot":
-                inner._untrack_variable(v)
+        # Everything the inner optimizer's build() made goes (its per-shard slots, and plain ones such as Nadam's
+        # u_product): build() makes them again; what its constructor made (iterations, learning rate) stays.
+        kept = len(type(inner).from_config(inner.get_config()).variables)
+        for v in list(inner.variables)[kept:]:
+            inner._untrack_variable(v)
         for v in list(old.params) + list(old.accumulators):
             self._untrack_variable(v)
         inner.built = False  # Keras optimizers build once; their slot lists are made again by build()
