@@ -121,14 +121,29 @@ class LoggedKerasState(hvd.elastic.KerasState):
         row = {"t": time.time(), "step": current_step(), "rank": hvd.rank(), "size": hvd.size(),
                "first_rank": FIRST_RANK}
         if SHARDED and self._optimizer_values is not None:  # the commit's whole optimizer state
-            row["optimizer"] = digest(self._optimizer_values)
+            row["optimizer"] = digest(v for v in self._optimizer_values if np.ndim(v))  # (slots: checked whole)
+            row["scalars"] = sorted(float(v) for v in self._optimizer_values if not np.ndim(v))
         commits_log.write(json.dumps(row) + "\n")
         commits_log.flush()
 
 
 state = LoggedKerasState(model, optimizer, epoch=0, batch=0)
 resets = []
-state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+
+
+def scale_learning_rate():
+    """As Horovod's examples do in a reset callback, a new learning rate (here one a rank that joins cannot have
+    seen: lower after every reset). Every rank, a newcomer too, must train with it: sync() must not put back the
+    commit's."""
+    optimizer.learning_rate = 0.01 / (1 + len(resets))
+
+
+def learning_rate():
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate)) if FLAVOUR != "tf_keras" else \
+        float(keras.backend.get_value(optimizer.learning_rate))
+
+
+state.register_reset_callbacks([lambda: resets.append(hvd.size()), scale_learning_rate])
 
 
 class CheckSharded(keras.callbacks.Callback):
@@ -140,8 +155,11 @@ class CheckSharded(keras.callbacks.Callback):
             log = open(os.path.join(OUT, "sharded.%d.jsonl" % os.getpid()), "a")
             inner = optimizer.inner_optimizer
             slots = sum(int(v.shape[0]) for v in inner.variables if len(v.shape) == 1)  # flat shards, not scalars
+            values = optimizer.sharded_state()
             log.write(json.dumps({"step": current_step(), "size": hvd.size(), "spawned": SPAWNED, "slots": slots,
-                                  "optimizer": digest(optimizer.sharded_state())}) + "\n")
+                                  "optimizer": digest(v for v in values if np.ndim(v)),
+                                  "scalars": sorted(float(v) for v in values if not np.ndim(v)),
+                                  "learning_rate": learning_rate()}) + "\n")
             log.close()
 
 
@@ -157,7 +175,7 @@ def train(state):
 
 train(state)
 np.savez(os.path.join(OUT, "final.%d.npz" % os.getpid()), *[np.asarray(v.numpy()) for v in model.variables],
-         rank=hvd.rank(), size=hvd.size(), epoch=state.epoch, step=current_step(),
+         rank=hvd.rank(), size=hvd.size(), epoch=state.epoch, learning_rate=learning_rate(), step=current_step(),
          resets=np.array(resets), joined=SPAWNED, keras=FLAVOUR, optimizer=type(optimizer).__name__)
 print("rank %d of %d done: epoch %d step %d resets %s" % (hvd.rank(), hvd.size(), state.epoch, current_step(),
                                                           resets))

@@ -113,6 +113,8 @@ def test_killed_worker_job_goes_on_with_survivors_then_a_new_slot_joins(tmp_path
     if flavour == "tf_keras":  # hvd.DistributedOptimizer gave the tf_keras wrapper
         assert all(str(f["optimizer"]) == "LegacyDistributedOptimizer" for f in finals)
     assert_same_weights(finals)
+    # Each reset callback lowered the learning rate (two resets): the newcomer got the survivors' from the sync.
+    assert all(np.isclose(float(f["learning_rate"]), 0.01 / 3) for f in finals), [f["learning_rate"] for f in finals]
     assert len({int(f["step"]) for f in finals}) == 1 and all(int(f["epoch"]) == 3 for f in finals), finals
     for f in finals:
         if not bool(f["joined"]):
@@ -146,10 +148,11 @@ def assert_sharded_state_restored(tmp_path):
     """Every fit after a reset starts from the whole optimizer state of the commit it resumes (the commit of the
     step it starts at: gathered from the shards of the ranks now, digest for digest), and each rank keeps only its
     part of the two slots (Adam's, Nadam's) of the model's 161 weights at every size (sizes follow the layout)."""
-    committed = {}
+    committed, scalars = {}, {}
     for f in glob.glob(str(tmp_path / "commits.*.jsonl")):
         for row in map(json.loads, open(f)):
             committed.setdefault(row["step"], set()).add(row["optimizer"])
+            scalars.setdefault(row["step"], []).append(row["scalars"])
     assert all(len(d) == 1 for d in committed.values()), committed  # every rank committed the same state
     logs = [[json.loads(line) for line in open(f)] for f in glob.glob(str(tmp_path / "sharded.*.jsonl"))]
     survivors = [rows for rows in logs if not rows[0]["spawned"] and len(rows) == 3]
@@ -163,6 +166,11 @@ def assert_sharded_state_restored(tmp_path):
     for rows in logs:
         for row in rows[0 if rows[0]["spawned"] else 1:]:  # (a job's first fit starts from no commit)
             assert {row["optimizer"]} == committed[row["step"]], (row, committed.get(row["step"]))
+            # The plain values too (iterations, Nadam's u_product), but the learning rate: the reset callback's.
+            assert len({tuple(s) for s in scalars[row["step"]]}) == 1, scalars[row["step"]]
+            before = 0.01 / (round(0.01 / row["learning_rate"]) - 1)  # (0.01 / (1 + resets)) the commit's
+            kept = [s for s in scalars[row["step"]][0] if not np.isclose(s, before)]
+            assert sorted(kept + [row["learning_rate"]]) == row["scalars"], (row, scalars[row["step"]])
     assert [row["size"] for row in survivors[0]] == [3, 2, 3]
 
 

@@ -266,6 +266,11 @@ class Sharding:
         stage 2's gradient-shard accumulators, which stand for its per-variable accumulators (they come last)."""
         return [v for v in owner_variables if not any(v is p for p in self.params + self.accumulators)]
 
+    def plain_variables(self, owner_variables, inner):
+        """The wrapper's own variables (_own) and the inner optimizer's plain ones, in saved_values' order."""
+        kinds = sharded_kinds(inner, self.params)
+        return self._own(owner_variables) + [v for v, k in zip(inner.variables, kinds) if k[0] == "plain"]
+
     def saved_values(self, owner_variables, inner):
         """Every optimizer value in the unsharded layout (numpy): the wrapper's own, then the inner optimizer's in
         the order an unsharded one keeps them, each state shard all-gathered and cut per variable."""

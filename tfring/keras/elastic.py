@@ -81,11 +81,21 @@ class KerasState(VariablesState):
 
     def sync(self):
         if self._sharded is not None:
-            self._resume_after_restart()  # rank 0 may take up a commit from disk, its optimizer values with it
+            self._resume_after_restart()  # rank 0 may take up a commit from disk (restore() then cleared the state)
             self._sharded.reshard()
-            values = self._bcast_object(self._optimizer_values)
-            if values is not None:
+            if self._rolled_back:
+                self._sharded.load_sharded_state(self._optimizer_values)
+                self._rolled_back = False
+            # Only a process without a commit (added by a growth, or started again) takes rank 0's: a survivor's
+            # optimizer already holds the job's state (reset() loaded the commit, or nothing changed), so the whole
+            # state travels only when someone needs it. The values not cut into shards (iterations, the learning
+            # rate a reset callback set) are rank 0's current ones, as an unsharded optimizer's are (Horovod).
+            needed = any(glue().binding.allgather_object(self._optimizer_values is None, name="elastic.sharded"))
+            values, plain = self._bcast_object((self._optimizer_values if needed else None,
+                                                self._sharded.plain_state()))
+            if values is not None and self._optimizer_values is None:
                 self._sharded.load_sharded_state(values)
+            self._sharded.load_plain_state(plain)
         super().sync()
 
     def _snapshot(self):

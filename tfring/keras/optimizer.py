@@ -265,6 +265,26 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         """
         self._sharding.load_values(self._variables, self.inner_optimizer, list(values), WHO)
 
+    def plain_state(self):
+        """The optimizer's values not cut into shards (iterations, the learning rate, the wrapper's own), in an order
+        every rank shares at any size.
+
+        Returns:
+            list: numpy arrays.
+        """
+        return [keras.ops.convert_to_numpy(v.value)
+                for v in self._sharding.plain_variables(self._variables, self.inner_optimizer)]
+
+    def load_plain_state(self, values):
+        """Assigns `plain_state()`'s values (another rank's); no collective.
+
+        Args:
+            values: `plain_state()`'s list.
+        """
+        for v, value in zip(self._sharding.plain_variables(self._variables, self.inner_optimizer), values,
+                            strict=True):
+            v.assign(value)
+
     def reshard(self):
         """After an elastic reset: cuts the state again for the set's current size when it changed (new shard
         variables, the inner optimizer's per-shard state built on them, all zero until `load_sharded_state`). The

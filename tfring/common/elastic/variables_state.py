@@ -42,6 +42,11 @@ class VariablesState(ObjectState):
             seen = {id(v) for v in variables}
             optimizer_vars = opt.variables() if callable(opt.variables) else opt.variables
             variables += [v for v in optimizer_vars if id(v) not in seen]
+            # tf_keras's optimizers keep the learning rate in a variable outside `variables`: a reset callback's
+            # new rate would not reach a rank that joins (a schedule is an object, not a variable: it stays).
+            rate = getattr(getattr(opt, "inner_optimizer", opt), "_learning_rate", None)
+            if hasattr(rate, "assign") and all(v is not rate for v in variables):
+                variables.append(rate)
         return variables
 
     def _broadcast(self, variables):
