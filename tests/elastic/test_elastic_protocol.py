@@ -33,9 +33,14 @@ def test_both_books_take_what_the_ranks_send():
         assert {"add", "assign", "size", "forward"} <= set(reply)  # what the rank side reads, whatever the source
         assert book.reset(protocol.reset_request(["h1"], [], "failure"))["resets"] == 1
         book.log(protocol.log_request("hello"))
+        assert not book.exits.started()
+        assert book.handlers()[protocol.START](protocol.start_request(1, 2)) == {"ok": True}
+        assert book.exits.started() and book.exits.finished_size() is None  # started, not finished
         book.exits.record(protocol.exit_request(1, 2, 0))
         assert book.handlers()[protocol.EXIT](protocol.exit_request(0, 2, 0)) == {"ok": True}
         assert book.exits.finished_size() == 2
+        book.exits.clear()  # a new mpirun run
+        assert not book.exits.started() and book.exits.finished_size() is None
 
 
 @pytest.mark.parametrize("path,payload,match", [
@@ -45,6 +50,8 @@ def test_both_books_take_what_the_ranks_send():
     (protocol.RESET, {"hosts": ["h1"], "slots": ["0"], "reason": "grow"}, "'slots' must be a list of slot indexes"),
     (protocol.RESET, {"hosts": ["h1"], "slots": [], "reason": "bored"}, "'reason' must be 'failure' or 'grow'"),
     (protocol.LOG, {"message": 7}, "'message' must be a string"),
+    (protocol.START, {"rank": 2, "size": 2}, "'rank' 2 is outside \\[0, 'size' 2\\)"),
+    (protocol.START, {"rank": "0", "size": 2}, "'rank' must be an integer >= 0, got '0'"),
     (protocol.END, {"rank": 2, "host": "-oProxyCommand=x", "pid": 9}, "'host' must be a host name"),
     (protocol.END, {"rank": 2, "host": "h 2", "pid": 9}, "'host' must be a host name"),
     (protocol.END, {"rank": 2, "host": "h2", "pid": 1}, "'pid' must be an integer >= 2, got 1"),

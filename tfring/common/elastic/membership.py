@@ -75,14 +75,28 @@ def base_comm():
     running job, its merge with the parents (the newcomers take the highest ranks)."""
     global _base
     with _lock:
-        if _base is None:
-            from mpi4py import MPI
-            parent = MPI.Comm.Get_parent()
-            _spawned.append(parent != MPI.COMM_NULL)
-            _base = parent.Merge(high=True) if parent != MPI.COMM_NULL else MPI.COMM_WORLD
-            sys.exit = _record_exit(sys.exit)
-            atexit.register(_at_exit)  # after mpi4py's (it runs first): before MPI_Finalize
-        return _base
+        if _base is not None:
+            return _base
+        from mpi4py import MPI
+        parent = MPI.Comm.Get_parent()
+        _spawned.append(parent != MPI.COMM_NULL)
+        _base = base = parent.Merge(high=True) if parent != MPI.COMM_NULL else MPI.COMM_WORLD
+        sys.exit = _record_exit(sys.exit)
+        atexit.register(_at_exit)  # after mpi4py's (it runs first): before MPI_Finalize
+    _report_start(base)
+    return base
+
+
+def _report_start(comm):
+    """Tells the launcher this rank runs tfring, so that a job whose ranks all end without an exit report (inside
+    MPI: Open MPI exits a rank waiting in ULFM's shrink when the awaited peer dies, and mpirun then exits 0) is
+    reported as unfinished, not as a success."""
+    signed = client()
+    if signed is not None:
+        try:
+            signed.call(protocol.START, protocol.start_request(comm.rank, comm.size))
+        except Exception as e:  # noqa: BLE001 - the launcher unreachable: mpirun's status stands
+            sys.stderr.write("tfring.elastic: could not report this rank's start: %s\n" % e)
 
 
 _spawned = []

@@ -10,12 +10,14 @@ capped the same way whichever launcher prints it.
   /reset  {"hosts", "slots", "reason"}    the members after a shrink or before a growth: each rank's host, in rank
                                           order, and (Spark/Ray) its slot index
   /log    {"message"}                     one line on the launcher's stderr
+  /start  {"rank", "size"}                a rank started tfring (so a job whose ranks all vanish, exiting
+                                          inside MPI without a report, is not taken for a success)
   /exit   {"rank", "size", "code"}        a rank's status as it exits
   /end    {"rank", "host", "pid"}         end a rank that stopped responding with no live rank on its host (the
                                           launcher checks that the process is one of this job's first)"""
 from tfring.common.signed_channel import BadRequest
 
-HOSTS, RESET, LOG, EXIT, END = "/hosts", "/reset", "/log", "/exit", "/end"
+HOSTS, RESET, LOG, START, EXIT, END = "/hosts", "/reset", "/log", "/start", "/exit", "/end"
 REASONS = ("failure", "grow")
 MAX_LOG_MESSAGE = 2000  # characters of a rank's /log line
 
@@ -68,6 +70,18 @@ def check_log(payload):
     if not isinstance(message, str):
         raise BadRequest("'message' must be a string")
     return "".join(c if c.isprintable() else " " for c in " ".join(message.split()))[:MAX_LOG_MESSAGE]
+
+
+def start_request(rank, size):
+    return {"rank": int(rank), "size": int(size)}
+
+
+def check_start(payload):
+    """(rank, size) of a /start request, rank in [0, size)."""
+    rank, size = integer(payload, "rank"), integer(payload, "size", minimum=1)
+    if rank >= size:
+        raise BadRequest("'rank' %d is outside [0, 'size' %d)" % (rank, size))
+    return rank, size
 
 
 def exit_request(rank, size, code):

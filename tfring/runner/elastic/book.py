@@ -123,4 +123,4 @@ class ElasticBook:
     def handlers(self):
         """The server's handler table, {path: handler}."""
         return {protocol.HOSTS: self.hosts, protocol.RESET: self.reset, protocol.LOG: self.log,
-                protocol.EXIT: self.exits.record, protocol.END: self.end}
+                protocol.START: self.exits.start, protocol.EXIT: self.exits.record, protocol.END: self.end}

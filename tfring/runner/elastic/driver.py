@@ -96,6 +96,13 @@ def _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr
             say("the ranks died again without a failure of their own; restarted %d times already: ending the job"
                 % crash_restarts)
             return rc or 1
+        if rc == 0 and not (lost or crashed or report.get("stopped")) and book.exits.started() and \
+                book.exits.finished_size() is None:
+            # ULFM's mpirun exits 0 when ranks end inside MPI (Open MPI 5.0.11 exits a rank waiting in the shrink
+            # when the awaited peer dies) or are killed: the ranks' own reports say whether the job finished.
+            say("mpirun exited 0, but no world of the job's ranks all reported success (ranks ended inside MPI or "
+                "were killed without a report): the job did not finish")
+            return 1
         if not (lost or rc < 0 or crashed):
             return rc
         # A lost host, or mpirun itself killed by a signal (Open MPI 5.0.11's prterun can crash while spawning

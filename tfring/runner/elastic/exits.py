@@ -1,7 +1,9 @@
 """The ranks' own exit reports in an elastic job (`/exit`). Open MPI 5.0.11's mpirun can die in its teardown
 (SIGSEGV or SIGABRT) after a spawn onto a host added to the allocation, once every rank has exited: mpirun's
 status then says nothing about the job. Each rank reports its status at exit; when the last world's ranks
-0..n-1 all reported 0 and none reported a failure, the job succeeded whatever mpirun says."""
+0..n-1 all reported 0 and none reported a failure, the job succeeded whatever mpirun says. Each rank also reports
+its start (`/start`): a job whose ranks started but never all reported success did not finish, even where mpirun
+under ULFM exits 0 (ranks ended inside MPI, or killed)."""
 import threading
 
 from tfring.common.elastic import protocol
@@ -13,11 +15,35 @@ class ExitLedger:
     def __init__(self):
         self._lock = threading.Lock()
         self._reports = {}  # (size, rank) -> exit code
+        self._started = set()  # (size, rank) of the ranks that reported their start
 
     def clear(self):
         """Forgets every report (a new mpirun run starts)."""
         with self._lock:
             self._reports.clear()
+            self._started.clear()
+
+    def start(self, payload):
+        """Handler of `/start`: a rank started tfring.
+
+        Args:
+            payload: {"rank": int, "size": int}.
+
+        Returns:
+            dict: {"ok": True}.
+
+        Raises:
+            BadRequest: a field missing, not an int, or rank outside [0, size).
+        """
+        rank, size = protocol.check_start(payload)
+        with self._lock:
+            self._started.add((size, rank))
+        return {"ok": True}
+
+    def started(self):
+        """Whether any rank reported its start (ranks that run tfring's elastic runtime)."""
+        with self._lock:
+            return bool(self._started)
 
     def record(self, payload):
         """Handler of `/exit`: one rank's status as it exits.
