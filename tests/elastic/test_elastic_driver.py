@@ -301,6 +301,28 @@ def test_driver_end_to_end_with_a_fake_mpirun(tmp_path, monkeypatch, capsys):
         DriverClient(seen["address"], seen["secret"], timeout=2).call("/hosts", {})
 
 
+@pytest.mark.parametrize("reports,want", [
+    ([], 0),  # ranks that never start tfring's elastic runtime (nothing reported): mpirun's status stands
+    ([("/start", 0), ("/start", 1)], 1),  # started, then all ended inside MPI (ULFM's mpirun exits 0): not finished
+    ([("/start", 0), ("/start", 1), ("/exit", 0)], 0),  # rank 1's report lost (or os._exit): mpirun's status
+    ([("/start", 0), ("/start", 1), ("/exit", 0), ("/exit", 1)], 0),
+])
+def test_ranks_that_started_and_never_reported_their_exit_fail_a_job_mpirun_called_a_success(
+        tmp_path, monkeypatch, reports, want):
+    def fake_run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, **kw):
+        client = client_from_env(env)
+        for path, rank in reports:
+            client.call(path, dict({"rank": rank, "size": 2}, **({"code": 0} if path == "/exit" else {})))
+        return 0
+
+    monkeypatch.setattr(ed, "run_command", fake_run_command)
+    err = io.StringIO()
+    args = parse(["-np", "2", "--min-np", "1", "--host-discovery-script", script(tmp_path, "echo localhost:2\n"),
+                  "python", "x.py"])
+    assert ed.run_elastic(args, environ={"PATH": os.environ["PATH"]}, stderr=err) == want
+    assert ("no rank reported its exit" in err.getvalue()) == bool(want), err.getvalue()
+
+
 def test_driver_gives_up_without_min_np_slots(tmp_path):
     disc = script(tmp_path, "echo h1:1\n")
     err = io.StringIO()

@@ -267,7 +267,8 @@ class Sharding:
         return [v for v in owner_variables if not any(v is p for p in self.params + self.accumulators)]
 
     def plain_variables(self, owner_variables, inner):
-        """The wrapper's own variables (_own) and the inner optimizer's plain ones, in saved_values' order."""
+        """The wrapper's own variables (_own), then the inner optimizer's plain ones in its order: the same list on
+        every rank at any size (reshard rebuilds what build() made in build()'s order)."""
         kinds = sharded_kinds(inner, self.params)
         return self._own(owner_variables) + [v for v, k in zip(inner.variables, kinds) if k[0] == "plain"]
 

@@ -83,14 +83,23 @@ class KerasState(VariablesState):
         if self._sharded is not None:
             self._resume_after_restart()  # rank 0 may take up a commit from disk (restore() then cleared the state)
             self._sharded.reshard()
-            if self._rolled_back:
-                self._sharded.load_sharded_state(self._optimizer_values)
+            error = None
+            if self._rolled_back:  # (rank 0, resumed from disk) a commit that does not fit fails every rank alike
+                try:
+                    self._sharded.load_sharded_state(self._optimizer_values)
+                except Exception as e:  # noqa: BLE001 - raised on every rank below
+                    error = "tfring.elastic: cannot load the commit's optimizer state: %s: %s" % (type(e).__name__, e)
                 self._rolled_back = False
-            # Only a process without a commit (added by a growth, or started again) takes rank 0's: a survivor's
-            # optimizer already holds the job's state (reset() loaded the commit, or nothing changed), so the whole
-            # state travels only when someone needs it. The values not cut into shards (iterations, the learning
-            # rate a reset callback set) are rank 0's current ones, as an unsharded optimizer's are (Horovod).
-            needed = any(glue().binding.allgather_object(self._optimizer_values is None, name="elastic.sharded"))
+            # Only a process without a commit (added by a growth, or every rank but 0 after a restart) takes rank
+            # 0's: a survivor's optimizer already holds the job's state (reset() loaded the commit, or nothing
+            # changed), so the whole state travels only when someone needs it. The values not cut into shards
+            # (iterations, the learning rate a reset callback set) are rank 0's current ones, as an unsharded
+            # optimizer's are (Horovod).
+            told = glue().binding.allgather_object((self._optimizer_values is None, error), name="elastic.sharded")
+            errors = [e for _, e in told if e]
+            if errors:
+                raise RuntimeError(errors[0])
+            needed = any(none for none, _ in told)
             values, plain = self._bcast_object((self._optimizer_values if needed else None,
                                                 self._sharded.plain_state()))
             if values is not None and self._optimizer_values is None:

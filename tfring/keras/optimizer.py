@@ -281,8 +281,11 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         Args:
             values: `plain_state()`'s list.
         """
-        for v, value in zip(self._sharding.plain_variables(self._variables, self.inner_optimizer), values,
-                            strict=True):
+        variables = self._sharding.plain_variables(self._variables, self.inner_optimizer)
+        if len(variables) != len(values):
+            raise ValueError("%s: load_plain_state: %d values for %d plain variables" % (WHO, len(values),
+                                                                                          len(variables)))
+        for v, value in zip(variables, values):
             v.assign(value)
 
     def reshard(self):

@@ -91,12 +91,12 @@ def _report_start(comm):
     """Tells the launcher this rank runs tfring, so that a job whose ranks all end without an exit report (inside
     MPI: Open MPI exits a rank waiting in ULFM's shrink when the awaited peer dies, and mpirun then exits 0) is
     reported as unfinished, not as a success."""
-    signed = client()
-    if signed is not None:
-        try:
+    try:
+        signed = client()
+        if signed is not None:
             signed.call(protocol.START, protocol.start_request(comm.rank, comm.size))
-        except Exception as e:  # noqa: BLE001 - the launcher unreachable: mpirun's status stands
-            sys.stderr.write("tfring.elastic: could not report this rank's start: %s\n" % e)
+    except Exception as e:  # noqa: BLE001 - the launcher unreachable: mpirun's status stands
+        sys.stderr.write("tfring.elastic: could not report this rank's start: %s\n" % e)
 
 
 _spawned = []

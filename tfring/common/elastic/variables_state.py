@@ -44,7 +44,10 @@ class VariablesState(ObjectState):
             variables += [v for v in optimizer_vars if id(v) not in seen]
             # tf_keras's optimizers keep the learning rate in a variable outside `variables`: a reset callback's
             # new rate would not reach a rank that joins (a schedule is an object, not a variable: it stays).
-            rate = getattr(getattr(opt, "inner_optimizer", opt), "_learning_rate", None)
+            inner = opt
+            while getattr(inner, "inner_optimizer", None) is not None:  # (a loss scaling around the wrapper too)
+                inner = inner.inner_optimizer
+            rate = getattr(inner, "_learning_rate", None)
             if hasattr(rate, "assign") and all(v is not rate for v in variables):
                 variables.append(rate)
         return variables

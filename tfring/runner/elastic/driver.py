@@ -3,10 +3,10 @@ available hosts (discovered minus blacklisted) and where the job's ranks are, st
 enough of them, and answers the ranks over an authenticated HTTP channel (tfring.common.signed_channel): `/hosts` (the
 available hosts and the free slots the job may grow into), `/reset` (the job's placement after a failure or a
 growth: blacklisting is decided by discovered.DiscoveredHosts), `/log` (a rank's line on tfringrun's stderr),
-`/exit` (each rank's status at exit, exits.py) and `/end` (a silent rank alone on its host: ender.py): the one
-elastic book (book.ElasticBook) the Spark/Ray elastic jobs serve too, on one listener per interface the hosts reach
-(listeners.py). The ranks shrink and grow the job themselves (ULFM shrink, MPI_Comm_spawn); this driver only keeps
-the books."""
+`/start` and `/exit` (each rank's start and its status at exit, exits.py) and `/end` (a silent rank alone on its
+host: ender.py): the one elastic book (book.ElasticBook) the Spark/Ray elastic jobs serve too, on one listener per
+interface the hosts reach (listeners.py). The ranks shrink and grow the job themselves (ULFM shrink,
+MPI_Comm_spawn); this driver only keeps the books."""
 import functools
 import os
 import shlex
@@ -97,11 +97,12 @@ def _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr
                 % crash_restarts)
             return rc or 1
         if rc == 0 and not (lost or crashed or report.get("stopped")) and book.exits.started() and \
-                book.exits.finished_size() is None:
-            # ULFM's mpirun exits 0 when ranks end inside MPI (Open MPI 5.0.11 exits a rank waiting in the shrink
-            # when the awaited peer dies) or are killed: the ranks' own reports say whether the job finished.
-            say("mpirun exited 0, but no world of the job's ranks all reported success (ranks ended inside MPI or "
-                "were killed without a report): the job did not finish")
+                not book.exits.reported():
+            # ULFM's mpirun exits 0 when every rank ends inside MPI (Open MPI 5.0.11 exits a rank waiting in the
+            # shrink when the awaited peer dies) or is killed: ranks that started and none that reported its exit
+            # (a rank's exit report runs at Python's exit, os._exit skips it) is a job that did not finish.
+            say("mpirun exited 0, but no rank reported its exit (the ranks ended inside MPI or were killed): the job "
+                "did not finish")
             return 1
         if not (lost or rc < 0 or crashed):
             return rc

@@ -2,8 +2,8 @@
 (SIGSEGV or SIGABRT) after a spawn onto a host added to the allocation, once every rank has exited: mpirun's
 status then says nothing about the job. Each rank reports its status at exit; when the last world's ranks
 0..n-1 all reported 0 and none reported a failure, the job succeeded whatever mpirun says. Each rank also reports
-its start (`/start`): a job whose ranks started but never all reported success did not finish, even where mpirun
-under ULFM exits 0 (ranks ended inside MPI, or killed)."""
+its start (`/start`): a job whose ranks started and none reported its exit did not finish, even where mpirun
+under ULFM exits 0 (ranks ended inside MPI, or killed), when none reported its exit."""
 import threading
 
 from tfring.common.elastic import protocol
