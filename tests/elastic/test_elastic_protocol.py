@@ -39,8 +39,14 @@ def test_both_books_take_what_the_ranks_send():
         book.exits.record(protocol.exit_request(1, 2, 0))
         assert book.handlers()[protocol.EXIT](protocol.exit_request(0, 2, 0)) == {"ok": True}
         assert book.exits.finished_size() == 2
-        book.exits.clear()  # a new mpirun run
+        book.exits.clear(2)  # the launcher's second mpirun run: a late report of the first is not counted
         assert not book.exits.started() and book.exits.finished_size() is None
+        book.exits.start(protocol.start_request(0, 1, launch=1))
+        book.exits.record(protocol.exit_request(0, 1, 3, launch=1))
+        assert not book.exits.started() and not book.exits.reported()
+        book.exits.start(protocol.start_request(0, 1, launch=2))
+        book.exits.record(protocol.exit_request(0, 1, 0))  # (unnumbered: a process spawned without the number)
+        assert book.exits.started() and book.exits.finished_size() == 1
 
 
 @pytest.mark.parametrize("path,payload,match", [
@@ -52,6 +58,8 @@ def test_both_books_take_what_the_ranks_send():
     (protocol.LOG, {"message": 7}, "'message' must be a string"),
     (protocol.START, {"rank": 2, "size": 2}, "'rank' 2 is outside \\[0, 'size' 2\\)"),
     (protocol.START, {"rank": "0", "size": 2}, "'rank' must be an integer >= 0, got '0'"),
+    (protocol.START, {"rank": 0, "size": 2, "launch": "1"}, "'launch' must be an integer >= 0, got '1'"),
+    (protocol.EXIT, {"rank": 0, "size": 2, "code": 0, "launch": -1}, "'launch' must be an integer >= 0, got -1"),
     (protocol.END, {"rank": 2, "host": "-oProxyCommand=x", "pid": 9}, "'host' must be a host name"),
     (protocol.END, {"rank": 2, "host": "h 2", "pid": 9}, "'host' must be a host name"),
     (protocol.END, {"rank": 2, "host": "h2", "pid": 1}, "'pid' must be an integer >= 2, got 1"),

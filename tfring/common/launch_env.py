@@ -15,6 +15,7 @@ ELASTIC_COMMAND = "TFRING_ELASTIC_COMMAND"          # JSON argv new ranks run (M
 ELASTIC_DISCOVERY = "TFRING_ELASTIC_DISCOVERY"      # "1": hosts may come (commits also go to disk)
 ELASTIC_STATE_DIR = "TFRING_ELASTIC_STATE_DIR"      # the launcher's private directory for committed state
 ELASTIC_RESTART = "TFRING_ELASTIC_RESTART"          # "1": ranks of a restarted job load the last commit
+ELASTIC_LAUNCH = "TFRING_ELASTIC_LAUNCH"            # the launcher's count of its mpirun runs (start/exit reports)
 
 # The Spark/Ray slot launcher (tfring.runner.slots).
 SLOT_DRIVER = "TFRING_SLOT_DRIVER"    # "host:port" of the slot driver service

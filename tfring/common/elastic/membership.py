@@ -87,6 +87,13 @@ def base_comm():
     return base
 
 
+def _launch():
+    """The launcher's mpirun run this process belongs to (None: not numbered, or a process a growth spawned
+    without it)."""
+    value = os.environ.get(launch_env.ELASTIC_LAUNCH, "")
+    return int(value) if value.isdigit() else None
+
+
 def _report_start(comm):
     """Tells the launcher this rank runs tfring, so that a job whose ranks all end without an exit report (inside
     MPI: Open MPI exits a rank waiting in ULFM's shrink when the awaited peer dies, and mpirun then exits 0) is
@@ -94,7 +101,7 @@ def _report_start(comm):
     try:
         signed = client()
         if signed is not None:
-            signed.call(protocol.START, protocol.start_request(comm.rank, comm.size))
+            signed.call(protocol.START, protocol.start_request(comm.rank, comm.size, _launch()))
     except Exception as e:  # noqa: BLE001 - the launcher unreachable: mpirun's status stands
         sys.stderr.write("tfring.elastic: could not report this rank's start: %s\n" % e)
 
@@ -139,7 +146,7 @@ def _at_exit():
         signed = client()
         if signed is not None and _base is not None:
             try:
-                signed.call(protocol.EXIT, protocol.exit_request(_base.rank, _base.size, code))
+                signed.call(protocol.EXIT, protocol.exit_request(_base.rank, _base.size, code, _launch()))
             except Exception as e:  # noqa: BLE001 - the launcher gone or unreachable: mpirun's status stands
                 sys.stderr.write("tfring.elastic: could not report this rank's exit: %s\n" % e)
     finally:

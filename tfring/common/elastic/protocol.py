@@ -10,9 +10,11 @@ capped the same way whichever launcher prints it.
   /reset  {"hosts", "slots", "reason"}    the members after a shrink or before a growth: each rank's host, in rank
                                           order, and (Spark/Ray) its slot index
   /log    {"message"}                     one line on the launcher's stderr
-  /start  {"rank", "size"}                a rank started tfring (so a job whose ranks all vanish, exiting
+  /start  {"rank", "size", "launch"?}     a rank started tfring (so a job whose ranks all vanish, exiting
                                           inside MPI without a report, is not taken for a success)
-  /exit   {"rank", "size", "code"}        a rank's status as it exits
+  /exit   {"rank", "size", "code",        a rank's status as it exits ("launch": the launcher's mpirun run it
+           "launch"?}                     belongs to, when the launcher numbers them: a late report of an earlier
+                                          run is not counted for the next)
   /end    {"rank", "host", "pid"}         end a rank that stopped responding with no live rank on its host (the
                                           launcher checks that the process is one of this job's first)"""
 from tfring.common.signed_channel import BadRequest
@@ -72,31 +74,40 @@ def check_log(payload):
     return "".join(c if c.isprintable() else " " for c in " ".join(message.split()))[:MAX_LOG_MESSAGE]
 
 
-def start_request(rank, size):
-    return {"rank": int(rank), "size": int(size)}
+def _with_launch(request, launch):
+    return request if launch is None else dict(request, launch=int(launch))
+
+
+def launch_of(payload):
+    """A /start or /exit request's optional "launch" (None when absent)."""
+    return None if payload.get("launch") is None else integer(payload, "launch")
+
+
+def start_request(rank, size, launch=None):
+    return _with_launch({"rank": int(rank), "size": int(size)}, launch)
 
 
 def check_start(payload):
-    """(rank, size) of a /start request, rank in [0, size)."""
+    """(rank, size, launch) of a /start request, rank in [0, size), launch an int or None."""
     rank, size = integer(payload, "rank"), integer(payload, "size", minimum=1)
     if rank >= size:
         raise BadRequest("'rank' %d is outside [0, 'size' %d)" % (rank, size))
-    return rank, size
+    return rank, size, launch_of(payload)
 
 
-def exit_request(rank, size, code):
-    return {"rank": int(rank), "size": int(size), "code": int(code)}
+def exit_request(rank, size, code, launch=None):
+    return _with_launch({"rank": int(rank), "size": int(size), "code": int(code)}, launch)
 
 
 def check_exit(payload):
-    """(rank, size, code) of an /exit request, rank in [0, size)."""
+    """(rank, size, code, launch) of an /exit request, rank in [0, size), launch an int or None."""
     values = [payload.get(k) for k in ("rank", "size", "code")]
     if any(not isinstance(v, int) or isinstance(v, bool) for v in values):
         raise BadRequest("'rank', 'size' and 'code' must be integers")
     rank, size, code = values
     if not 0 <= rank < size:
         raise BadRequest("'rank' %d is outside [0, 'size' %d)" % (rank, size))
-    return rank, size, code
+    return rank, size, code, launch_of(payload)
 
 
 def end_request(rank, host, pid):

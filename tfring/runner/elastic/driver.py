@@ -66,7 +66,7 @@ def _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr
     """Runs mpirun; when Open MPI lost a host (ULFM survives lost processes, not lost hosts: PRRTE ends the
     job), blacklists it and starts the job again on the remaining hosts, resuming from the last commit on disk."""
     extra = {launch_env.ELASTIC_STATE_DIR: state_dir}
-    crash_restarts = 0
+    crash_restarts, launches = 0, 0
     while True:
         available = book.source.refresh()
         hosts, np_ = choose_hosts(available, args.np, args.max_num_proc)
@@ -75,12 +75,14 @@ def _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr
         except (RuntimeError, OSError) as e:
             say("cannot serve the ranks on %s: %s" % (",".join(h for h, _ in hosts), e))
             return 1
+        launches += 1
+        extra[launch_env.ELASTIC_LAUNCH] = str(launches)  # the ranks' start and exit reports name their run
         cmd, env = plan_elastic(args, hosts, np_, address, secret, environ, extra_env=extra)
         book.source.set_placement(hosts, np_)
         if args.verbose:
             print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         report, at_launch = {}, book.host_requests
-        book.exits.clear()
+        book.exits.clear(launches)
         rc = run_command(cmd, args.output_filename, stderr=stderr, env=env,
                          timestamp_output=bool(args.prefix_output_with_timestamp),
                          timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,

@@ -16,12 +16,22 @@ class ExitLedger:
         self._lock = threading.Lock()
         self._reports = {}  # (size, rank) -> exit code
         self._started = set()  # (size, rank) of the ranks that reported their start
+        self._launch = None  # the mpirun run reports are counted for (None: any)
 
-    def clear(self):
-        """Forgets every report (a new mpirun run starts)."""
+    def clear(self, launch=None):
+        """Forgets every report (a new mpirun run starts).
+
+        Args:
+            launch: the new run's number: reports naming another run (a late one of the run before) are not
+                counted (None: every report counts).
+        """
         with self._lock:
             self._reports.clear()
             self._started.clear()
+            self._launch = launch
+
+    def _current(self, launch):
+        return launch is None or self._launch is None or launch == self._launch
 
     def start(self, payload):
         """Handler of `/start`: a rank started tfring.
@@ -35,9 +45,10 @@ class ExitLedger:
         Raises:
             BadRequest: a field missing, not an int, or rank outside [0, size).
         """
-        rank, size = protocol.check_start(payload)
+        rank, size, launch = protocol.check_start(payload)
         with self._lock:
-            self._started.add((size, rank))
+            if self._current(launch):
+                self._started.add((size, rank))
         return {"ok": True}
 
     def started(self):
@@ -57,9 +68,10 @@ class ExitLedger:
         Raises:
             BadRequest: a field missing, not an int, or rank outside [0, size).
         """
-        rank, size, code = protocol.check_exit(payload)
+        rank, size, code, launch = protocol.check_exit(payload)
         with self._lock:
-            self._reports[(size, rank)] = code
+            if self._current(launch):
+                self._reports[(size, rank)] = code
         return {"ok": True}
 
     def reported(self):
