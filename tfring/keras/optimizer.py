@@ -280,6 +280,9 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
 
         Args:
             values: `plain_state()`'s list.
+
+        Raises:
+            ValueError: not as many values as this optimizer's plain variables.
         """
         variables = self._sharding.plain_variables(self._variables, self.inner_optimizer)
         if len(variables) != len(values):
