@@ -3,7 +3,8 @@
 status then says nothing about the job. Each rank reports its status at exit; when the last world's ranks
 0..n-1 all reported 0 and none reported a failure, the job succeeded whatever mpirun says. Each rank also reports
 its start (`/start`): a job whose ranks started and none reported its exit did not finish, even where mpirun
-under ULFM exits 0 (ranks ended inside MPI, or killed), when none reported its exit."""
+under ULFM exits 0 (ranks ended inside MPI, or killed). Reports name the launcher's mpirun run when it numbers
+them, so a late report of an earlier run is not counted for the next."""
 import threading
 
 from tfring.common.elastic import protocol
