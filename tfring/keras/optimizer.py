@@ -237,15 +237,14 @@ class DistributedOptimizer(InnerOptimizerDelegation, keras.optimizers.Optimizer)
         """The unsharded layout: each state shard all-gathered and cut per variable (every rank must call it)."""
         if not self.sharded:
             return super().save_own_variables(store)
-        for i, value in enumerate(self._sharding.saved_values(self._variables, self.inner_optimizer)):
+        for i, value in enumerate(self.sharded_state()):
             store[str(i)] = value
 
     def load_own_variables(self, store):
         """Takes an unsharded layout (saved sharded at any size, or unsharded) and keeps this rank's shard."""
         if not self.sharded:
             return super().load_own_variables(store)
-        self._sharding.load_values(self._variables, self.inner_optimizer,
-                                   [store[str(i)] for i in range(len(store.keys()))], WHO)
+        self.load_sharded_state([store[str(i)] for i in range(len(store.keys()))])
 
     # -- elastic jobs (tfring.keras.elastic.KerasState) --
 
