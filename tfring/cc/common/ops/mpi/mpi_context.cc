@@ -253,6 +253,7 @@ Status MpiContext::Init(MPI_Comm base) {
 
 void MpiContext::Revoke() {
 #ifdef TFRING_HAVE_ULFM
+  revoked = true;
   for (MPI_Comm c : {comm, local_comm, cross_comm})
     if (c != MPI_COMM_NULL) MPIX_Comm_revoke(c);
 #endif
@@ -291,12 +292,16 @@ void MpiContext::Finalize() {
     std::this_thread::sleep_for(std::chrono::seconds(2));  // the other live ranks report their error first
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  if (census_comm != MPI_COMM_NULL) {
-    UnregisterCensusComm(census_comm);
-    MPI_Comm_free(&census_comm);
-  }
-  for (MPI_Comm* c : {&cross_comm, &local_comm, &comm})
-    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  if (census_comm != MPI_COMM_NULL) UnregisterCensusComm(census_comm);
+  // Revoked communicators are left allocated, never freed: a freed context id is reused by the next communicator,
+  // and a transfer abandoned at the failure can still hold posted or in-flight messages under it. Seen: the
+  // survivors' first MPI_Comm_dup after the shrink, one rank in the id agreement and the other in the activation,
+  // spinning forever (1 reset in 24 under load, tests/monitor/frozen_job.py). Four handles per reset.
+  for (MPI_Comm* c : {&census_comm, &cross_comm, &local_comm, &comm})
+    if (*c != MPI_COMM_NULL) {
+      if (!revoked) MPI_Comm_free(c);
+      *c = MPI_COMM_NULL;
+    }
   std::vector<char>().swap(fusion_buffer);
   std::vector<char>().swap(scratch);
 }
