@@ -39,7 +39,7 @@ struct MpiContext {
   // may hold a collective the silent ranks never joined, so finalizing ends the job instead (MPI_Abort).
   double stall_warn_seconds = 0, stall_shutdown_seconds = 0;
   bool abandoned = false;
-  bool revoked = false;  // Revoke() ran: Finalize keeps the communicators (see there)
+  bool revoked = false;                // Revoke() ran: Finalize keeps the communicators (see there)
   std::vector<int> world_rank;         // each rank's number in tfring's global set (messages)
   std::vector<std::string> host_name;  // each rank's host (MPI_Get_processor_name; messages)
   std::vector<int> pid;                // each rank's process id (a silent rank is ended by a peer on its host)
