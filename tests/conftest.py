@@ -132,9 +132,10 @@ def per_file_results(report, files):
 # backend costs no launch of its own; keras3_env(backend) is what those launches set for them.
 KERAS3_FILES = ["tests/keras3/ranks_keras.py", "tests/keras3/ranks_keras_more.py",
                 "tests/keras3/ranks_keras_sharded.py", "tests/keras3/ranks_keras_powersgd.py"]
-# At np=3 only, on every backend (the suite's 15-minute budget): the Keras layer is backend-free above the binding,
-# whose own files run at np=2 and 3 (np=2's folded Average included); np=3 adds uneven shards and a set of two ranks
-# inside the job. The README example runs on each backend at np=2 (tests/keras3/test_keras_backends.py).
+# Once per backend (the suite's 15-minute budget): at np=3 on jax and torch (uneven shards, a set of two ranks inside
+# the job), at np=2 on tensorflow (np=2's folded Average; its Keras step is the costliest): the Keras layer is
+# backend-free above the binding, whose own files run at np=2 and 3. The README example runs on each backend at np=2
+# (tests/keras3/test_keras_backends.py, tests/test_examples.py).
 
 
 def keras3_files(np_):

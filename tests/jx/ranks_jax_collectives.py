@@ -35,7 +35,9 @@ CASES = [("eager", d, op) for d in DTYPES for op in OPS] + \
 
 @pytest.mark.parametrize("mode,dtype,op", CASES, ids=["%s-%s-%s" % (m, jnp.dtype(d).name, op) for m, d, op in CASES])
 def test_allreduce(mode, dtype, op):
-    for shape in SHAPES:
+    # Every shape (scalar, empty, 1-D, 3-D) on float32 and int8; one 3-D shape on the other dtypes (each new shape is
+    # a compile: the dtype and op tables do not depend on the shape).
+    for shape in SHAPES if dtype in (jnp.float32, jnp.int8) else SHAPES[-1:]:
         x = jnp.asarray(value(R, shape), dtype)
         out = run(mode, lambda t: hvd.allreduce(t, op=op, name="ar"), x)
         stack = np.stack([value(r, shape) for r in range(N)])

@@ -1,6 +1,6 @@
 """tfring.keras on every Keras backend. Its rank-side files (tests/keras3/ranks_*.py, conftest.KERAS3_FILES) run in
-each binding's own launches with KERAS_BACKEND=tensorflow (tests/tf/test_ranks.py, at np=3), jax and torch
-(tests/jx/test_jax_ranks.py, tests/pt/test_torch_ranks.py, at np=2 and np=3): one pytest process per rank, every rank
+each binding's own launches with KERAS_BACKEND=tensorflow (tests/tf/test_ranks.py, at np=2), jax and torch
+(tests/jx/test_jax_ranks.py, tests/pt/test_torch_ranks.py, at np=3): one pytest process per rank, every rank
 checks its own values. Here: the README's main job on the jax and torch backends. (Not tests/keras/: that directory
 could be imported as a namespace package `keras`.)"""
 import importlib.util

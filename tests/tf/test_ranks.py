@@ -9,13 +9,14 @@ a launch is imported before any test runs. A failure still names its file in the
 header and summary line).
 
 Groups:
-- main: every file but the tf_keras ones, and the Keras 3 rank files (conftest.KERAS3_FILES) on the tensorflow
-  backend, at np=3 (averages at an odd size, uneven shards, process sets {0, 2}/{1} and {0, 1}/{2}); at np=2 the
-  files where two ranks take other code paths (the Average folded into the reduction, power-of-two algorithms,
-  two-rank rings and splits) or that check a two-rank case. The files in NP3_ONLY check behaviour that does not
-  depend on the world size (knobs, deadlines, fallbacks, grouping, name scopes); they run once, at np=3, to keep
-  the suite in its budget (the Keras 3 files still run at np=2 on jax and torch: tests/jx, tests/pt). Dynamic
-  process sets are allowed, as in every binding's launch (ranks_process_sets.py turns them off for itself).
+- main: every file but the tf_keras ones at np=3 (averages at an odd size, uneven shards, process sets {0, 2}/{1}
+  and {0, 1}/{2}); at np=2 the files where two ranks take other code paths (the Average folded into the reduction,
+  power-of-two algorithms, two-rank rings and splits) or that check a two-rank case, and the Keras 3 rank files
+  (conftest.KERAS3_FILES) on the tensorflow backend: they run at np=3 on jax and torch (tests/jx, tests/pt), so
+  each Keras test runs at both sizes, and TensorFlow's Keras step, the costliest of the three, at the cheaper one.
+  The files in NP3_ONLY check behaviour that does not depend on the world size (knobs, deadlines, fallbacks,
+  grouping, name scopes); they run once, at np=3, to keep the suite in its budget. Dynamic process sets are
+  allowed, as in every binding's launch (ranks_process_sets.py turns them off for itself).
 - process_sets: the ranks_process_sets*.py files again at np=4, so that every set has two ranks or more (the
   mismatch/stall test needs that; the others check sets of two ranks on both sides).
 - tf_keras: its own launch because TF_USE_LEGACY_KERAS=1 must be in the environment before TensorFlow/Keras is
@@ -36,12 +37,11 @@ pytestmark = pytest.mark.slow  # real ranks under mpirun
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(HERE, "ranks_*.py")))
 TF_KERAS = [f for f in FILES if "tf_keras" in f]
-MAIN = [f for f in FILES if f not in TF_KERAS] + KERAS3_FILES
+MAIN = [f for f in FILES if f not in TF_KERAS]
 NP3_ONLY = {"ranks_autotune.py", "ranks_name_scope.py", "ranks_partial.py", "ranks_promises_knobs.py",
             "ranks_stall.py", "ranks_sync_bn.py", "ranks_timeline.py", "ranks_xla_fallback.py",
-            "ranks_tf_powersgd.py", "ranks_sharded_tape.py"} | {
-    os.path.basename(f) for f in KERAS3_FILES}
-MAIN_NP2 = [f for f in MAIN if os.path.basename(f) not in NP3_ONLY]
+            "ranks_tf_powersgd.py", "ranks_sharded_tape.py"}
+MAIN_NP2 = [f for f in MAIN if os.path.basename(f) not in NP3_ONLY] + KERAS3_FILES
 PROCESS_SETS = [f for f in FILES if "process_sets" in f]
 # (group, files, np, extra environment); a launch takes 30-100 s on a 2-core machine
 KERAS_3, LEGACY = keras3_env("tensorflow"), {"TF_USE_LEGACY_KERAS": "1"}
