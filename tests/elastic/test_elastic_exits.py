@@ -4,6 +4,7 @@ tests/hosts/test_multihost_elastic.py."""
 import functools
 import io
 import os
+import subprocess
 import sys
 
 import pytest
@@ -91,3 +92,16 @@ def test_exit_reports_are_signed_requests_to_the_driver():
         assert ledger.finished_size() == 1  # the forged failure was not recorded
     finally:
         server.stop()
+
+
+def test_a_reset_step_past_its_deadline_says_what_hung_and_where_then_exits_1():
+    # world._Deadline's expiry (a reset's MPI step that never returns, e.g. the survivors' first MPI_Comm_dup): the
+    # message, then every thread's Python stack (the next such hang names its call), then exit status 1.
+    code = ("import threading; from tfring.common.elastic.world import _Deadline\n"
+            "def stuck_in_the_dup():\n    _Deadline('starting tfring on the new communicator', 5).expire()\n"
+            "stuck_in_the_dup()")
+    proc = subprocess.run([sys.executable, "-P", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=120, cwd="/")
+    assert proc.returncode == 1, proc.stdout
+    assert "tfring.elastic: starting tfring on the new communicator did not finish within 60 s" in proc.stdout
+    assert "in stuck_in_the_dup" in proc.stdout and "Current thread" in proc.stdout, proc.stdout

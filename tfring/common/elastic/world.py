@@ -3,6 +3,7 @@ failure the survivors shrink it (ULFM: `MPI_Comm_shrink`, no process restarted),
 slots they spawn processes onto them (`MPI_Comm_spawn` + `Intercomm_merge`), and tfring's runtime is started
 again on the new communicator (process sets, response cache, host split and background thread all rebuilt by
 `tfring.init`). MPI is only used here while tfring's background thread is stopped."""
+import faulthandler
 import json
 import os
 import sys
@@ -98,13 +99,16 @@ class _Deadline:
         # At least a minute: --elastic-timeout 0 (no wait for slots) must not end a reset that is under way.
         self.what, self.seconds = what, max(seconds, 60)
 
+    def expire(self):
+        """Says what hung and where every thread was, then ends the process (exit status 1)."""
+        sys.stderr.write("tfring.elastic: %s did not finish within %d s (--elastic-timeout); exiting. Where each "
+                         "thread was:\n" % (self.what, self.seconds))
+        sys.stderr.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # which call hung, for the report
+        os._exit(1)
+
     def __enter__(self):
-        def expire():
-            sys.stderr.write("tfring.elastic: %s did not finish within %d s (--elastic-timeout); exiting\n"
-                             % (self.what, self.seconds))
-            sys.stderr.flush()
-            os._exit(1)
-        self.timer = threading.Timer(self.seconds, expire)
+        self.timer = threading.Timer(self.seconds, self.expire)
         self.timer.daemon = True
         self.timer.start()
 
