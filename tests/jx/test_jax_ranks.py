@@ -1,5 +1,5 @@
-"""tfring.jax on real ranks: the rank-side files in tests/jx and the Keras 3 ones on the jax backend
-(conftest.KERAS3_FILES) run under mpirun at np=2 and np=3 (process sets: a set of two ranks at np=3), all in one
+"""tfring.jax on real ranks: the rank-side files in tests/jx (at np=2 and np=3) and the Keras 3 ones on the jax
+backend (conftest.KERAS3_FILES, at np=3) run under mpirun (process sets: a set of two ranks at np=3), all in one
 pytest process per np; every rank checks its own values. (Not tests/jax/: that directory would be importable as a
 namespace package `jax` where jax is not installed.)"""
 import pytest

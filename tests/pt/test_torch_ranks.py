@@ -1,5 +1,5 @@
-"""tfring.torch on real ranks: the rank-side files in tests/pt and the Keras 3 ones on the torch backend
-(conftest.KERAS3_FILES) run under mpirun at np=2 and np=3, all in one pytest process per np (each launch costs
+"""tfring.torch on real ranks: the rank-side files in tests/pt (at np=2 and np=3) and the Keras 3 ones on the torch
+backend (conftest.KERAS3_FILES, at np=3) run under mpirun, all in one pytest process per np (each launch costs
 seconds); every rank checks its own values. The errors file goes last: it ends with a shutdown and a fresh
 init. (Not tests/torch/: with tests/ on sys.path, that directory would be
 importable as a namespace package `torch` where torch is not installed, and importorskip would not skip.)"""
