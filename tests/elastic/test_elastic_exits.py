@@ -97,7 +97,7 @@ def test_exit_reports_are_signed_requests_to_the_driver():
 def test_a_reset_step_past_its_deadline_says_what_hung_and_where_then_exits_1():
     # world._Deadline's expiry (a reset's MPI step that never returns, e.g. the survivors' first MPI_Comm_dup): the
     # message, then every thread's Python stack (the next such hang names its call), then exit status 1.
-    code = ("import threading; from tfring.common.elastic.world import _Deadline\n"
+    code = ("from tfring.common.elastic.world import _Deadline\n"
             "def stuck_in_the_dup():\n    _Deadline('starting tfring on the new communicator', 5).expire()\n"
             "stuck_in_the_dup()")
     proc = subprocess.run([sys.executable, "-P", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -50,6 +50,14 @@ Runtime& Runtime::Get() {
 Status Runtime::Init(int64_t comm_f, const std::vector<std::vector<int>>& static_sets) {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
   if (running_) return Status::OK();
+  Status s = InitLocked(comm_f, static_sets);
+  // A worker failed while the runtime started (an elastic reset's retry): revoke what was built, so a peer that
+  // got past the failed step returns from its next collective instead of waiting in it.
+  if (s.code() == StatusCode::WORKERS_FAILED && backend_) RevokeAll();
+  return s;
+}
+
+Status Runtime::InitLocked(int64_t comm_f, const std::vector<std::vector<int>>& static_sets) {
   UnnamedCounts::Get().RestartAll();  // unnamed collectives are numbered from 1 again on every rank
   settings_ = Settings::FromEnvironment();
   SetLogLevel(static_cast<int>(settings_.log_level));

@@ -71,6 +71,7 @@ class Runtime {
                        bool staged);
   void FailAll(const Status& status);
   void RevokeAll();  // every communicator of every set (no-op without ULFM)
+  Status InitLocked(int64_t comm_f, const std::vector<std::vector<int>>& static_sets);
   // Revokes every communicator and records the failure (once); true.
   bool OnWorkerFailure(const Status& status);
   bool WorkerFailed() const { return loop_status_.code() == StatusCode::WORKERS_FAILED; }

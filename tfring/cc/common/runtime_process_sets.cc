@@ -19,7 +19,11 @@ Status Runtime::CreateSet(int id, const std::vector<int>& ranks) {
     Status created = backend_->CreateSubset(ranks, &set->owned);
     Status agreed = AllAgree(created, "create process set " + std::to_string(id));
     if (!agreed.ok()) {
-      if (set->owned) set->owned->Finalize();
+      if (set->owned) {
+        // After a worker failure its communicators are revoked, so Finalize keeps them (mpi_context.cc).
+        if (agreed.code() == StatusCode::WORKERS_FAILED) set->owned->Revoke();
+        set->owned->Finalize();
+      }
       return agreed;
     }
     set->backend = set->owned.get();

@@ -101,11 +101,13 @@ class _Deadline:
 
     def expire(self):
         """Says what hung and where every thread was, then ends the process (exit status 1)."""
-        sys.stderr.write("tfring.elastic: %s did not finish within %d s (--elastic-timeout); exiting. Where each "
-                         "thread was:\n" % (self.what, self.seconds))
-        sys.stderr.flush()
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # which call hung, for the report
-        os._exit(1)
+        try:
+            sys.stderr.write("tfring.elastic: %s did not finish within %d s (--elastic-timeout); exiting. Where "
+                             "each thread was:\n" % (self.what, self.seconds))
+            sys.stderr.flush()
+            faulthandler.dump_traceback(file=2, all_threads=True)  # fd 2: sys.stderr may have been replaced
+        finally:
+            os._exit(1)  # whatever the report did: the process must not go on waiting
 
     def __enter__(self):
         self.timer = threading.Timer(self.seconds, self.expire)

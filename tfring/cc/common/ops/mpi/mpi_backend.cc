@@ -57,7 +57,8 @@ class MpiBackend : public Backend {
     b->ctx_.stall_warn_seconds = ctx_.stall_warn_seconds;
     b->ctx_.stall_shutdown_seconds = ctx_.stall_shutdown_seconds;
     Status s = b->ctx_.Init(sub);  // duplicates sub
-    MPI_Comm_free(&sub);
+    // After a worker failure sub stays allocated: its context id must not be reused (mpi_context.cc, Finalize).
+    if (s.code() != StatusCode::WORKERS_FAILED) MPI_Comm_free(&sub);
     if (!s.ok()) return s;
     b->watch_.Start();
     for (size_t i = 0; i < ranks.size(); ++i) b->ctx_.world_rank[i] = ctx_.world_rank[ranks[i]];

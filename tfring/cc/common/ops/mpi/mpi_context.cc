@@ -266,15 +266,15 @@ Status MpiContext::Explain(const Status& s) const {
   const bool ulfm = fault_tolerant;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(ulfm ? 2 : 0);
   do {
-    int flag = 0, n = 0, revoked = 0;
+    int flag = 0, n = 0, is_revoked = 0;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);  // progress: failures get noticed
     MPI_Group failed = MPI_GROUP_NULL;
     if (MPIX_Comm_get_failed(comm, &failed) == MPI_SUCCESS && failed != MPI_GROUP_NULL) {
       MPI_Group_size(failed, &n);
       MPI_Group_free(&failed);
     }
-    MPIX_Comm_is_revoked(comm, &revoked);  // a survivor that saw the failure revoked it
-    if (n > 0 || revoked) return Status::WorkersFailed(std::string(kWorkersFailedMark) + " (" + s.message() + ")");
+    MPIX_Comm_is_revoked(comm, &is_revoked);  // a survivor that saw the failure revoked it
+    if (n > 0 || is_revoked) return Status::WorkersFailed(std::string(kWorkersFailedMark) + " (" + s.message() + ")");
     if (ulfm) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   } while (std::chrono::steady_clock::now() < deadline);
 #endif
@@ -296,7 +296,7 @@ void MpiContext::Finalize() {
   // Revoked communicators are left allocated, never freed: a freed context id is reused by the next communicator,
   // and a transfer abandoned at the failure can still hold posted or in-flight messages under it. Seen: the
   // survivors' first MPI_Comm_dup after the shrink, one rank in the id agreement and the other in the activation,
-  // spinning forever (1 reset in 24 under load, tests/monitor/frozen_job.py). Four handles per reset.
+  // spinning forever (1 reset in 24 under load, tests/monitor/frozen_job.py). Four per context per reset.
   for (MPI_Comm* c : {&census_comm, &cross_comm, &local_comm, &comm})
     if (*c != MPI_COMM_NULL) {
       if (!revoked) MPI_Comm_free(c);
