@@ -221,7 +221,7 @@ def test_slot_added_by_discovery_gets_state_and_its_shard(tmp_path):
     rc, out = run_launcher(["-np", "2", "--max-np", "3", "--host-discovery-script", str(script), "--metrics-port",
                             str(free_port()), "--metrics-token-file", str(token), "python", JOB],
                            {"ELASTIC_OUT": str(tmp_path), "ELASTIC_GROW": "%s=localhost:3" % hosts,
-                            "ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_SCRAPE": str(token), "ELASTIC_SHARDED": "1"})
+                            "ELASTIC_STEP_SLEEP": "0.25", "ELASTIC_SCRAPE": str(token), "ELASTIC_SHARDED": "2"})
     assert rc == 0, out[-5000:]
     assert "tfring.elastic: reset (grow): 2 -> 3 ranks" in out, out[-5000:]
     assert json.load(open(tmp_path / "scrape.json")) == {
@@ -243,6 +243,10 @@ def test_slot_added_by_discovery_gets_state_and_its_shard(tmp_path):
     for rows in logs.values():  # no rollback on a growth
         assert not [r for r in rows if r["event"] == "restore"]
     assert_sharded(logs)  # (sharded: the newcomer's part came from the ranks that held it)
+    # ZeRO stage 2: after each step a rank holds the gradients of the parameters it owns, at every size.
+    commits = [r for rows in logs.values() for r in rows if r["event"] == "commit"]
+    assert all(set(r["grads"]) <= set(r["owned"]) for r in commits), commits
+    assert {r["size"] for r in commits if r["grads"] and r["grads"] == r["owned"]} == {2, 3}, commits
     assert_each_index_once(logs)
 
 

@@ -45,7 +45,7 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 optimizer = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
                                      named_parameters=model.named_parameters(),
-                                     sharded=os.environ.get("ELASTIC_SHARDED") == "1")
+                                     sharded=int(os.environ.get("ELASTIC_SHARDED", "0")))
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=3)
 loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
 log = open(os.path.join(OUT, "log.%d.jsonl" % os.getpid()), "a")
@@ -69,6 +69,11 @@ def owned():  # the positions of the parameters whose state this rank keeps
     return [i for i, p in enumerate(params) if p in optimizer.state]
 
 
+def grads():  # the positions of the parameters whose gradient this rank holds
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return [i for i, p in enumerate(params) if p.grad is not None]
+
+
 class LoggedTorchState(hvd.elastic.TorchState):
     """Logs each commit (with the indices it makes permanent) and each rollback."""
 
@@ -76,7 +81,7 @@ class LoggedTorchState(hvd.elastic.TorchState):
         super().save()
         write(event="commit", step=self.step, epoch=self.epoch, indices=pending,
               committed=sorted(self._handlers["sampler"].saved["processed_indices"]), adam=adam_steps(),
-              owned=owned())
+              owned=owned(), grads=grads())
         pending.clear()
 
     def restore(self):

@@ -1,7 +1,9 @@
-"""tfring.torch.DistributedOptimizer(sharded=True) (ZeRO stage 1) on real ranks: Adam trains to the single-process
-weights on the global batch, identical on every rank, while each rank's optimizer holds state for the parameters it
-owns only (whole parameters, uneven: 40, 24, 8 and 3 weights); state_dict() gathers the unsharded layout, which a
-plain optimizer loads, and which a sharded one loads keeping its own part; bad arguments fail on every rank."""
+"""tfring.torch.DistributedOptimizer(sharded=True) (ZeRO stage 1) and sharded=2 (stage 2) on real ranks: Adam trains
+to the single-process weights on the global batch, identical on every rank, while each rank's optimizer holds state
+for the parameters it owns only (whole parameters, uneven: 40, 24, 8 and 3 weights), and at stage 2 their reduced
+gradients only; clipping by the global norm and a GradScaler's skipped step agree over the ranks; state_dict()
+gathers the unsharded layout, which a plain optimizer loads, and which a sharded one loads keeping its own part; bad
+arguments fail on every rank."""
 import contextlib
 import copy
 
@@ -17,14 +19,19 @@ if not hvd.is_initialized():
 R, N = hvd.rank(), hvd.size()
 
 
-def sharded_adam(model):
-    return hvd.DistributedOptimizer(ADAM(model.parameters()), named_parameters=model.named_parameters(), sharded=True)
+def sharded_adam(model, stage=1, **kwargs):
+    return hvd.DistributedOptimizer(ADAM(model.parameters()), named_parameters=model.named_parameters(),
+                                    sharded=True if stage == 1 else stage, **kwargs)
 
 
-def test_sharded_adam_trains_to_the_single_process_weights_keeping_only_its_part():
+@pytest.mark.parametrize("stage", [1, 2])
+def test_sharded_adam_trains_to_the_single_process_weights_keeping_only_its_part(stage):
     model = make_model()
-    opt = sharded_adam(model)
+    opt = sharded_adam(model, stage)
     assert_same_params(train(opt, model), reference(ADAM))
+    held = {p for p in model.parameters() if p.grad is not None}
+    assert held == ({p for p in model.parameters() if opt._sharding.owns(p)} if stage == 2 else
+                    set(model.parameters())), (R, [tuple(p.shape) for p in held])
     for p in model.parameters():
         assert all(torch.equal(p.detach(), other) for other in hvd.allgather_object(p.detach()))
     owned = {p for p in model.parameters() if opt._sharding.owns(p)}
@@ -91,10 +98,12 @@ def test_a_checkpoint_loaded_on_rank_0_alone_reaches_every_part_by_broadcast_opt
         hvd.broadcast_optimizer_state(again, root_rank=7)
 
 
-def test_grad_scaler_skips_a_step_that_overflowed_on_one_rank_everywhere_and_matches_one_process():
-    # Horovod's AMP recipe: synchronize, unscale, step inside skip_synchronize. At step 1 rank 0's batch alone
-    # overflows: the averaged gradients are non-finite on every rank, so every rank skips that step (owner or not)
-    # and halves its scale; the other steps match one process on the global batch with the same poisoned step.
+@pytest.mark.parametrize("stage", [1, 2])
+def test_grad_scaler_skips_a_step_that_overflowed_on_one_rank_everywhere_and_matches_one_process(stage):
+    # Horovod's AMP recipe: synchronize, unscale, step inside skip_synchronize. At step 1 rank 0's gradient of the
+    # last bias alone overflows: the reduced gradient is non-finite in that parameter only, which one rank owns. At
+    # stage 1 every rank holds it; at stage 2 only its owner does, and the set agrees that it is non-finite, so every
+    # rank skips that step and halves its scale; the other steps match one process with the same overflow.
     dt, poisoned = torch.float32, 1
 
     def scaled_step(opt, scaler, model, x, y, sync):
@@ -107,27 +116,55 @@ def test_grad_scaler_skips_a_step_that_overflowed_on_one_rank_everywhere_and_mat
             scaler.step(opt)
         scaler.update()
 
-    def poison(x, rows):
-        return torch.cat([x[:rows] * float("inf"), x[rows:]])
+    def overflow(bias, now):
+        bias.register_hook(lambda g: g * float("inf") if now() else g)
     model, ref = make_model(dtype=dt), make_model(dtype=dt)
-    opt, ref_opt = sharded_adam(model), ADAM(ref.parameters())
+    opt, ref_opt = sharded_adam(model, stage), ADAM(ref.parameters())
     scaler, ref_scaler = (torch.amp.GradScaler("cpu", init_scale=2.0 ** 8) for _ in range(2))
+    step = 0
+    if R == 0:
+        overflow(model[2].bias, lambda: step == poisoned)
+    overflow(ref[2].bias, lambda: step == poisoned)
     for step in range(STEPS):
-        x, y = batch(step, R, dtype=dt)
-        gx, gy = global_batch(step, dtype=dt)
-        if step == poisoned:
-            x, gx = (poison(x, len(x)) if R == 0 else x), poison(gx, len(x))
-        scaled_step(opt, scaler, model, x, y, True)
-        scaled_step(ref_opt, ref_scaler, ref, gx, gy, False)
+        scaled_step(opt, scaler, model, *batch(step, R, dtype=dt), True)
+        scaled_step(ref_opt, ref_scaler, ref, *global_batch(step, dtype=dt), False)
         assert scaler.get_scale() == ref_scaler.get_scale() == 2.0 ** 8 * (0.5 if step >= poisoned else 1), step
     assert_same_params(model, ref, rtol=1e-5, atol=1e-6)
     for p in model.parameters():
         assert torch.isfinite(p).all() and all(torch.equal(p.detach(), o) for o in hvd.allgather_object(p.detach()))
 
 
+@pytest.mark.parametrize("stage", [0, 2])
+def test_clip_grad_norm_clips_by_the_norm_of_every_reduced_gradient(stage):
+    # At stage 2 torch's own function would see this rank's part of the gradients; the optimizer's sums the parts.
+    model, ref = make_model(), make_model()
+    opt = sharded_adam(model, stage) if stage else hvd.DistributedOptimizer(
+        ADAM(model.parameters()), named_parameters=model.named_parameters())
+    ref_opt = ADAM(ref.parameters())
+    for step in range(STEPS):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        loss_fn(model, *batch(step, R)).backward()
+        loss_fn(ref, *global_batch(step)).backward()
+        norm = opt.clip_grad_norm_(0.05)
+        want = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+        assert want > 0.05, want  # (so that it clips)
+        torch.testing.assert_close(norm, want.to(norm.dtype), msg=lambda m: "rank %d step %d: %s" % (R, step, m))
+        with opt.skip_synchronize():
+            opt.step()
+        ref_opt.step()
+    assert_same_params(model, ref)
+    inf_norm = opt.clip_grad_norm_(1e9, norm_type="inf")  # (a no-op clip: the largest reduced gradient value)
+    assert all(float(v) == float(inf_norm) for v in hvd.allgather_object(inf_norm)), R
+
+
 def test_bad_arguments_fail_on_every_rank():
     model = make_model()
-    with pytest.raises(ValueError, match=r"sharded=2 must be False, True or 1"):
-        hvd.DistributedOptimizer(ADAM(model.parameters()), sharded=2)
+    with pytest.raises(ValueError, match=r"sharded=3 must be False, True or 1 \(ZeRO stage 1\), or 2"):
+        hvd.DistributedOptimizer(ADAM(model.parameters()), sharded=3)
+    with pytest.raises(ValueError, match=r"sharded=2 does not combine with groups=2"):
+        hvd.DistributedOptimizer(ADAM(model.parameters()), sharded=2, groups=2)
+    with pytest.raises(ValueError, match=r"sharded=2 does not combine with compression=.*PowerSGD"):
+        hvd.DistributedOptimizer(ADAM(model.parameters()), sharded=2, compression=hvd.Compression.powersgd(1))
     with pytest.raises(ValueError, match=r"sharded=1 does not combine with op=Adasum"):
         hvd.DistributedOptimizer(ADAM(model.parameters()), sharded=True, op=hvd.Adasum)

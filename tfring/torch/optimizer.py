@@ -12,8 +12,10 @@ import torch
 
 from tfring.common import powersgd
 from tfring.torch._adasum_optimizer import DistributedAdasumOptimizer
+from tfring.torch._optimizer_args import check_groups, parameter_names, split_list
 from tfring.torch._powersgd import eager_state
 from tfring.torch._sharded import Sharding, members_of, merged_state
+from tfring.torch._sharded_grads import FREED, GradShards, clip_grad_norm_
 from tfring.torch.compression import Compression
 from tfring.torch.mpi_ops import (Adasum, Average, Sum, allreduce_async_, global_process_set, grouped_allreduce_,
                                   grouped_allreduce_async_, rank, size, sparse_allreduce_async, synchronize)
@@ -22,65 +24,15 @@ _REPEATED_BACKWARD = ("Gradients were computed more than backward_passes_per_ste
                       "Increase backward_passes_per_step to accumulate gradients locally.")
 
 
-def _split_list(items, n):
-    """`n` contiguous chunks of `items`, sizes differing by at most one (the first ones larger)."""
-    d, r = divmod(len(items), n)
-    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
-
-
-def _parameter_names(param_groups, named_parameters):
-    """{parameter: name} for every parameter of the optimizer; ValueError naming what is wrong otherwise."""
-    if named_parameters is None:
-        # Positions are the same on every rank that built the same model and optimizer.
-        return {p: "allreduce.noname.%d.%d" % (i, j)
-                for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
-    named_parameters = list(named_parameters)
-    for item in named_parameters:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
-                and isinstance(item[1], torch.Tensor)):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
-                             "model.named_parameters(); got an item of type %s" % type(item).__name__)
-    seen, dups = set(), set()
-    for name, _ in named_parameters:
-        (dups if name in seen else seen).add(name)
-    if dups:
-        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
-                         % ", ".join(sorted(dups)))
-    # Tensors hash by identity. One tensor under two names gets the last of them in sorted order, on every rank.
-    names = {p: name for name, p in sorted(named_parameters, key=lambda item: item[0])}
-    unnamed = ["param_groups[%d]['params'][%d] (shape %s)" % (i, j, tuple(p.shape))
-               for i, group in enumerate(param_groups) for j, p in enumerate(group["params"]) if p not in names]
-    if unnamed:
-        raise ValueError("named_parameters was specified, but one or more model parameters were not named: %s. "
-                         "Pass model.named_parameters() of the model whose parameters the optimizer updates."
-                         % ", ".join(unnamed))
-    return names
-
-
-def _check_groups(groups):
-    if isinstance(groups, bool) or not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
-        raise ValueError("groups should be a positive integer or a list of list of torch.Tensor, got %r" % (groups,))
-    if isinstance(groups, list):
-        ids = set()
-        for group in groups:
-            for p in group:
-                if not isinstance(p, torch.Tensor):
-                    raise ValueError("groups must consist of torch.Tensor, got a %s" % type(p).__name__)
-                if id(p) in ids:
-                    raise ValueError("groups: a parameter can only appear once in groups (shape %s appears twice)"
-                                     % (tuple(p.shape),))
-                ids.add(id(p))
-
-
 class _DistributedOptimizer:
     """Mixed in front of the wrapped optimizer's class: `DistributedOptimizer` builds the instances."""
 
     def _tfring_init(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                     groups, sparse_as_dense, process_set, sharded=False):
+                     groups, sparse_as_dense, process_set, sharded=0):
         self._compression = compression
         # PowerSGD: the hooks only count; synchronize() runs its two grouped rounds over every gradient.
         self._powersgd = None if powersgd.settings(compression) is None else eager_state(compression)
-        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
+        self._parameter_names = parameter_names(self.param_groups, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in self._parameter_names}
         self.op = op
@@ -98,10 +50,11 @@ class _DistributedOptimizer:
         self._group_counts = {}
         if process_set.included() and (size() > 1 or os.environ.get("TFRING_ELASTIC") == "1"):
             self._register_hooks()
-        self._sharding = None
+        self._sharding = self._grad_shards = None
         if sharded and process_set.included():
             self._sharding = Sharding(self, members_of(process_set), rank(), process_set)
             self._sharding.drop_others(self.state)  # state made before wrapping: this rank's part only
+            self._grad_shards = GradShards(self) if sharded == 2 else None
 
     def state_dict(self, *args, **kwargs):
         """The wrapped optimizer's state_dict; sharded, every rank's part gathered into the unsharded layout (every
@@ -119,6 +72,8 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._should_synchronize = True
         self._reset_counts()
+        if self._grad_shards is not None:
+            self._grad_shards.reset()
         # Sharded, every entry is kept until this rank's part is known for sure (the next step or
         # broadcast_optimizer_state): an elastic rollback loads the commit before the job has shrunk.
         return super().load_state_dict(*args, **kwargs)
@@ -181,7 +136,7 @@ class _DistributedOptimizer:
             p_groups = [[p for p in group if id(p) in wanted] for group in self._groups]
             p_groups = [g for g in p_groups if g] + [[p] for p in params if id(p) not in listed]
         else:
-            p_groups = [g for g in _split_list(params, self._groups) if g]
+            p_groups = [g for g in split_list(params, self._groups) if g]
         for group in map(tuple, p_groups):
             for p in group:
                 self._p_to_group[p] = group
@@ -244,6 +199,8 @@ class _DistributedOptimizer:
             return
         if self._groups is None:
             self._handles[p] = self._allreduce_grad_async(p)
+            if self._grad_shards is not None:
+                self._grad_shards.submitted(p)
             return
         group = self._p_to_group[p]
         self._group_counts[group] += 1
@@ -286,6 +243,8 @@ class _DistributedOptimizer:
                     self._handles[p] = self._allreduce_grad_async(p)
         try:
             for key, (handle, ctx) in self._handles.items():
+                if handle is FREED:
+                    continue
                 if isinstance(key, tuple):
                     for p, out, c in zip(key, synchronize(handle), ctx):
                         self._write_grad(p, self._compression.decompress(out, c))
@@ -295,7 +254,21 @@ class _DistributedOptimizer:
         finally:
             self._handles.clear()
             self._reset_counts()
+        if self._grad_shards is not None:
+            self._grad_shards.settle(self._requires_update)
         self._synchronized = True
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+        """Clips the reduced gradients by their total norm, as torch.nn.utils.clip_grad_norm_ on every parameter
+        (synchronizing first if step() has not): the one to call with sharded=2, where a rank holds its own part of
+        the gradients only and torch's function would see the norm of that part. Every rank of the set must call it.
+
+        Returns:
+            torch.Tensor: the total norm before clipping, the same on every rank.
+        """
+        if not self._synchronized:
+            self.synchronize()
+        return clip_grad_norm_(self, max_norm, norm_type, error_if_nonfinite, foreach)
 
     def _powersgd_synchronize(self):
         params = [p for group in self.param_groups for p in group["params"] if p in self._requires_update]
@@ -417,7 +390,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         sharded: True (or 1): ZeRO stage 1, as torch's ZeroRedundancyOptimizer: each rank of the set keeps the
             wrapped optimizer's state for the whole parameters it owns and updates only those, then sends them to
             the others; `state_dict()` gathers the unsharded layout (every rank must call it) and
-            `load_state_dict` takes any layout (docs/sharded-optimizer.md). Not with op=Adasum.
+            `load_state_dict` takes any layout (docs/sharded-optimizer.md). Not with op=Adasum. 2: ZeRO stage 2,
+            stage 1 where a rank also keeps only its own parameters' reduced gradients (the others' are dropped
+            as their allreduces end, during backward): clip with `optimizer.clip_grad_norm_`, not torch's
+            function, which would see this rank's part only. Not with groups or PowerSGD.
 
     Returns:
         The distributed optimizer (`isinstance` of the given optimizer's class).
@@ -440,12 +416,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         if groups is None:
             groups = num_groups
     if groups is not None:
-        _check_groups(groups)
+        check_groups(groups)
     if isinstance(sharded, bool) and sharded:
         sharded = 1
-    if sharded not in (False, None, 0, 1) or isinstance(sharded, float):
-        raise ValueError("DistributedOptimizer: sharded=%r must be False, True or 1 (ZeRO stage 1; stage 2 is not "
-                         "built for torch)" % (sharded,))
+    if sharded not in (False, None, 0, 1, 2) or isinstance(sharded, float):
+        raise ValueError("DistributedOptimizer: sharded=%r must be False, True or 1 (ZeRO stage 1), or 2 (stage 2)"
+                         % (sharded,))
+    if sharded == 2 and (groups or num_groups or powersgd.settings(compression) is not None):
+        raise ValueError("DistributedOptimizer: sharded=2 does not combine with %s (stage 2 drops each gradient a "
+                         "rank does not own as soon as its own allreduce ends; sharded=1 takes it)" % (
+                             "compression=%r" % (compression,) if powersgd.settings(compression) is not None
+                             else "groups=%r" % (groups or num_groups,)))
     if sharded and op == Adasum:
         raise ValueError("DistributedOptimizer: sharded=%r does not combine with op=Adasum" % (sharded,))
     if powersgd.settings(compression) is not None and (groups or op not in (Average, Sum)):
@@ -464,9 +445,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     # Instance-level methods (an LR scheduler's step wrapper bound to the original) are left behind.
     distributed.__dict__.update({k: v for k, v in optimizer.__dict__.items() if not hasattr(mixin, k)})
     if op == Adasum:
-        distributed._tfring_adasum_init(_parameter_names(distributed.param_groups, named_parameters), compression,
+        distributed._tfring_adasum_init(parameter_names(distributed.param_groups, named_parameters), compression,
                                         backward_passes_per_step, process_set)
         return distributed
     distributed._tfring_init(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                             groups, sparse_as_dense, process_set, bool(sharded))
+                             groups, sparse_as_dense, process_set, int(sharded or 0))
     return distributed
