@@ -1,11 +1,13 @@
 """tfring.mxnet training helpers on real ranks: DistributedTrainer matches a single process on the concatenated
-batch; DistributedOptimizer averages gradients; broadcast_parameters (also after deferred initialization)."""
+batch; with PowerSGD it ends where a simulation of every rank does; DistributedOptimizer averages gradients;
+broadcast_parameters (also after deferred initialization)."""
 import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
 import tfring.mxnet as hvd
+import powersgd_reference as reference
 from mx_helpers import init
 
 BATCH = 4  # rows per rank
@@ -92,11 +94,47 @@ def test_trainer_fp16_compression_close():
         np.testing.assert_allclose(g, w, rtol=1e-2, atol=1e-2)
 
 
-def test_trainer_refuses_powersgd_by_name():
-    init()
-    with pytest.raises(ValueError, match=r"compression=PowerSGD\(rank=2.*not built for MXNet"):
+class Linear(gluon.Block):
+    """x @ kernel + bias with the reference's (in, out) kernel (gluon's Dense keeps its transpose, which PowerSGD
+    would approximate differently)."""
+
+    def __init__(self, kernel, bias):
+        super().__init__()
+        self.kernel = self.params.get("kernel", shape=kernel.shape)
+        self.bias = self.params.get("bias", shape=bias.shape)
+        self.initialize()
+        self.kernel.set_data(mx.nd.array(kernel))
+        self.bias.set_data(mx.nd.array(bias))
+
+    def forward(self, x):
+        return mx.nd.dot(x, self.kernel.data()) + self.bias.data()
+
+
+@pytest.mark.parametrize("rank_,warmup", [(1, 0), (2, 2)])
+def test_trainer_powersgd_matches_a_simulation_of_every_rank(rank_, warmup):
+    # tests/powersgd_reference.py simulates every rank in float64 numpy: the kernel (64 x 96) compressed, the bias
+    # (1-D) sent as it is, SGD(0.5) on the mean squared error; each rank must end with its weights.
+    rank, size = init()
+    config = hvd.Compression.powersgd(rank=rank_, warmup_steps=warmup)
+    kernel, bias = reference.initial_weights()
+    net = Linear(kernel, bias)
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": reference.LR},
+                                     compression=config)
+    for step in range(reference.STEPS):
+        x, y = (mx.nd.array(a) for a in reference.batch(step, rank))
+        with autograd.record():
+            loss = ((net(x) - y) ** 2).mean()
+        loss.backward()
+        trainer.step(1)
+    # (The trainer orders the parameters by name: the kernel's first Q is that of position 1.)
+    want = reference.simulated(config, size, kernel_index=[p.name for p in trainer._params].index(net.kernel.name))
+    for got, w in zip((net.kernel.data().asnumpy(), net.bias.data().asnumpy()), want):
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-6)
+    everyone = hvd.allgather_object(net.kernel.data().asnumpy())
+    assert all(np.array_equal(other, everyone[0]) for other in everyone)
+    with pytest.raises(ValueError, match=r"compression=PowerSGD\(rank=2.*does not combine with num_groups=2"):
         hvd.DistributedTrainer(make_net(seed=1).collect_params(), "sgd", {"learning_rate": 0.5},
-                               compression=hvd.Compression.powersgd(rank=2))
+                               compression=hvd.Compression.powersgd(rank=2), num_groups=2)
 
 
 @pytest.mark.parametrize("num_groups", [0, 1])

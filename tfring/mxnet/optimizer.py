@@ -6,8 +6,10 @@ import warnings
 from collections import OrderedDict, defaultdict
 
 import mxnet as mx
+import numpy as np
 
 from tfring.common import powersgd
+from tfring.mxnet._powersgd import eager_state
 from tfring.mxnet.compression import Compression
 from tfring.mxnet.mpi_ops import Average, allreduce_, broadcast_, global_process_set, grouped_allreduce_, size
 
@@ -96,8 +98,9 @@ class DistributedTrainer(mx.gluon.Trainer):
         params: the parameters to train (ParameterDict, dict or list).
         optimizer: an optimizer name or mx.optimizer.Optimizer (a DistributedOptimizer is unwrapped).
         optimizer_params: the optimizer's arguments.
-        compression: `Compression.none` or `Compression.fp16`, applied to what is sent (`Compression.powersgd` is
-            not built for MXNet: a ValueError).
+        compression: `Compression.none` or `Compression.fp16`, applied to what is sent, or
+            `Compression.powersgd(rank, warmup_steps, min_size)`: a rank-r approximation with error feedback (two
+            grouped allreduces per step; docs/compression.md); not with num_groups.
         gradient_predivide_factor: gradients are scaled by 1 / factor before the sum and factor / size after.
         prefix: prefix of the tensor names (distinct per trainer when a program has several).
         num_groups: > 0 fuses the gradients into that many grouped allreduces (per dtype).
@@ -106,10 +109,11 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def __init__(self, params, optimizer, optimizer_params=None, compression=Compression.none,
                  gradient_predivide_factor=1.0, prefix=None, num_groups=0, process_set=global_process_set):
-        if powersgd.settings(compression) is not None:
-            raise ValueError("tfring.mxnet.DistributedTrainer: compression=%r is not built for MXNet (PowerSGD: "
-                             "torch, Keras, JAX and TensorFlow's tape; docs/compression.md); use Compression.none "
-                             "or .fp16" % (compression,))
+        if powersgd.settings(compression) is not None and num_groups:
+            raise ValueError("tfring.mxnet.DistributedTrainer: compression=%r does not combine with num_groups=%r "
+                             "(PowerSGD groups its two rounds itself)" % (compression, num_groups))
+        # PowerSGD's state (each compressed gradient's Q and error) lives here, between steps.
+        self._powersgd = None if powersgd.settings(compression) is None else eager_state(compression)
         self._compression = compression
         self._process_set = process_set
         if isinstance(optimizer, DistributedOptimizer):
@@ -134,6 +138,9 @@ class DistributedTrainer(mx.gluon.Trainer):
             return
         scale = dict(op=Average, prescale_factor=1.0 / self._gradient_predivide_factor,
                      postscale_factor=self._gradient_predivide_factor, process_set=self._process_set)
+        if self._powersgd is not None:
+            self._powersgd_allreduce(scale)
+            return
         entries = []  # (index, param, compressed gradient, compression context)
         for i, param in enumerate(self._params):
             if param.grad_req != "null":
@@ -153,6 +160,25 @@ class DistributedTrainer(mx.gluon.Trainer):
         if self._compression is not Compression.none:
             for _, param, compressed, ctx in entries:
                 param.list_grad()[0][:] = self._compression.decompress(compressed, ctx)
+
+
+    def _powersgd_allreduce(self, scale):
+        params = [p for p in self._params if p.grad_req != "null"]
+        grads = [p.list_grad()[0] for p in params]
+        rounds = iter(("powersgd.P", "powersgd.Q"))
+
+        def allreduce(tensors):
+            # In place, one grouped allreduce per dtype (a fused buffer has one), in MXNet's engine.
+            name = self._prefix + next(rounds)
+            by_dtype = defaultdict(list)
+            for t in tensors:
+                by_dtype[np.dtype(t.dtype).name].append(t)
+            for dtype, same in sorted(by_dtype.items()):
+                grouped_allreduce_(same, name="%s.%s" % (name, dtype), **scale)
+            return list(tensors)
+        for grad, out in zip(grads, self._powersgd.reduce(list(range(len(grads))), grads, allreduce)):
+            if out is not grad:
+                grad[:] = out
 
 
 def _append_broadcast_init(param, root_rank, name):
