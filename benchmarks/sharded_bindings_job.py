@@ -3,7 +3,7 @@
 
 - optax: a jitted step (parameters and state donated) with tfring.jax.DistributedOptimizer(optax.adam), unsharded
   or sharded=True;
-- torch: tfring.torch.DistributedOptimizer(torch.optim.Adam), unsharded or sharded=True;
+- torch: tfring.torch.DistributedOptimizer(torch.optim.Adam), unsharded or sharded=1 or 2;
 - ddp: torch's own anchor, DistributedDataParallel over gloo on 127.0.0.1 with torch.optim.Adam (--sharded 0) or
   torch.distributed.optim.ZeroRedundancyOptimizer (--sharded 1).
 
@@ -109,7 +109,7 @@ def run_torch():
             if ARGS.sharded else torch.optim.Adam(model.parameters(), lr=1e-4)
     else:
         opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-4),
-                                       named_parameters=model.named_parameters(), sharded=bool(ARGS.sharded))
+                                       named_parameters=model.named_parameters(), sharded=ARGS.sharded)
     times = []
     for s in range(ARGS.steps):
         x, y = (torch.from_numpy(v) for v in batch(s, hvd.rank()))
