@@ -85,3 +85,23 @@ def test_warmup_sets_learning_rate_and_save_load(tmp_path):
 def test_sharded_is_refused_by_name_for_a_tf_keras_optimizer():
     with pytest.raises(ValueError, match=r"sharded=True is built for Keras 3 optimizers only"):
         hvd.DistributedOptimizer(tf_keras.optimizers.Adam(0.01), sharded=True)
+
+
+def test_powersgd_fit_matches_a_simulation_of_every_rank():
+    # tests/powersgd_reference.py simulates every rank in float64 numpy (the 64 x 96 kernel compressed, the bias
+    # sent as it is, SGD on the mean squared error); fit on each rank's batches must end with its weights.
+    import powersgd_reference as ref
+    config = hvd.Compression.powersgd(rank=2, warmup_steps=1)
+    model = tf_keras.Sequential([tf_keras.layers.Dense(ref.OUT, input_shape=(ref.IN,))])
+    model.set_weights(ref.initial_weights())
+    opt = hvd.DistributedOptimizer(tf_keras.optimizers.SGD(ref.LR), compression=config)
+    model.compile(optimizer=opt, loss="mse")
+    xs, ys = zip(*[ref.batch(step, R) for step in range(ref.STEPS)])
+    model.fit(np.concatenate(xs), np.concatenate(ys), batch_size=ref.B, epochs=1, shuffle=False, verbose=0)
+    for name, got, want in zip(("kernel", "bias"), model.get_weights(), ref.simulated(config, N)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg="rank %d, %s" % (R, name))
+        assert all(np.array_equal(got, other) for other in hvd.allgather_object(got)), name
+    again = LegacyDistributedOptimizer.from_config(opt.get_config())
+    assert again._tfring_reducer.powersgd.config == config
+    with pytest.raises(ValueError, match=r"compression=PowerSGD\(rank=2.* does not combine with groups=2"):
+        hvd.DistributedOptimizer(tf_keras.optimizers.SGD(ref.LR), compression=config, groups=2)

@@ -6,6 +6,7 @@ import copy
 import tensorflow as tf
 import tf_keras
 
+from tfring.common import powersgd
 from tfring.tensorflow.compression import Compression
 from tfring.tensorflow.tf_keras.aggregation import GradientAggregator, check_passes
 from tfring.common.optimizer_delegation import InnerOptimizerDelegation
@@ -49,7 +50,9 @@ class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.O
 
     Args:
         optimizer: a tf_keras.optimizers.Optimizer or tf_keras.optimizers.legacy.Optimizer (or its config).
-        name, op, compression, sparse_as_dense: as for `tfring.keras.DistributedOptimizer`.
+        name, op, compression, sparse_as_dense: as for `tfring.keras.DistributedOptimizer`; compression is
+            Compression.none/fp16/bf16 (or its name) or `Compression.powersgd(...)` (the tape's: its Q and error
+            are kept outside the optimizer's variables, so a checkpoint does not hold them; not with groups).
         backward_passes_per_step, average_aggregated_gradients, gradient_predivide_factor: the same.
         groups, num_groups, process_set, device_dense, device_sparse, scale_local_gradients: the same.
         sharded: refused (a ValueError): sharding is built for Keras 3 optimizers.
@@ -78,8 +81,11 @@ class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.O
             if compression not in _COMPRESSIONS:
                 raise ValueError("%s: compression=%r must be one of %s" % (WHO, compression, sorted(_COMPRESSIONS)))
             compression = _COMPRESSIONS[compression]
-        if compression not in _COMPRESSIONS.values():
-            raise ValueError("%s: compression=%r is not one of Compression.none/fp16/bf16" % (WHO, compression))
+        if isinstance(compression, dict) and set(compression) == {"powersgd"}:  # get_config()'s spelling
+            compression = powersgd.PowerSGD(**compression["powersgd"])
+        if compression not in _COMPRESSIONS.values() and powersgd.settings(compression) is None:
+            raise ValueError("%s: compression=%r is not one of Compression.none/fp16/bf16/powersgd(...)"
+                             % (WHO, compression))
         reducer = GradientReducer(WHO, op, compression, sparse_as_dense, gradient_predivide_factor, groups,
                                   num_groups, process_set, device_dense, device_sparse, scale_local_gradients)
         aggregator = (GradientAggregator(WHO, backward_passes_per_step, average_aggregated_gradients)
@@ -189,7 +195,8 @@ class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.O
         groups = self._tfring_reducer.groups
         names = {c: n for n, c in _COMPRESSIONS.items()}
         return {"name": self.name, "optimizer": tf_keras.optimizers.serialize(self.inner_optimizer), "op": op,
-                "compression": names[compression], "sparse_as_dense": sparse_as_dense,
+                "compression": names.get(compression) or {"powersgd": powersgd.settings(compression).get_config()},
+                "sparse_as_dense": sparse_as_dense,
                 "backward_passes_per_step": passes, "average_aggregated_gradients": average,
                 "gradient_predivide_factor": predivide, "groups": groups if isinstance(groups, int) else None,
                 "scale_local_gradients": self._tfring_reducer.scale_local_gradients}
