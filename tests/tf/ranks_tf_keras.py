@@ -103,5 +103,8 @@ def test_powersgd_fit_matches_a_simulation_of_every_rank():
         assert all(np.array_equal(got, other) for other in hvd.allgather_object(got)), name
     again = LegacyDistributedOptimizer.from_config(opt.get_config())
     assert again._tfring_reducer.powersgd.config == config
+    assert again._tfring_reducer.powersgd is not opt._tfring_reducer.powersgd  # (its own Q, errors and steps)
+    with pytest.raises(ValueError, match=r"does not combine with backward_passes_per_step=2"):
+        hvd.DistributedOptimizer(tf_keras.optimizers.SGD(ref.LR), compression=config, backward_passes_per_step=2)
     with pytest.raises(ValueError, match=r"compression=PowerSGD\(rank=2.* does not combine with groups=2"):
         hvd.DistributedOptimizer(tf_keras.optimizers.SGD(ref.LR), compression=config, groups=2)

@@ -176,7 +176,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             for dtype, same in sorted(by_dtype.items()):
                 grouped_allreduce_(same, name="%s.%s" % (name, dtype), **scale)
             return list(tensors)
-        for grad, out in zip(grads, self._powersgd.reduce(list(range(len(grads))), grads, allreduce)):
+        # Keyed by name: a parameter frozen later does not hand its Q and error to the next one.
+        for grad, out in zip(grads, self._powersgd.reduce([p.name for p in params], grads, allreduce)):
             if out is not grad:
                 grad[:] = out
 

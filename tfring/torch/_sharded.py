@@ -17,7 +17,9 @@ def members_of(process_set):
 
 
 def partition(params, members):
-    """{parameter: owning rank}: largest first, each to the least loaded member (ties: the lower rank).
+    """{parameter: owning rank}: the trainable ones largest first, each to the least loaded member (ties: the lower
+    rank), then the frozen ones (they weigh nothing: no gradient, no state; owned so that unfreezing one works),
+    so that a frozen parameter never leaves a rank without a gradient to hold (stage 2).
 
     Args:
         params: the parameters in the optimizer's order.
@@ -28,10 +30,11 @@ def partition(params, members):
     """
     load = {m: 0 for m in members}
     owner = {}
-    for i in sorted(range(len(params)), key=lambda i: (-params[i].numel(), i)):
+    weight = [p.numel() if p.requires_grad else 0 for p in params]
+    for i in sorted(range(len(params)), key=lambda i: (-weight[i], i)):
         m = min(members, key=lambda r: (load[r], r))
         owner[params[i]] = m
-        load[m] += params[i].numel()
+        load[m] += weight[i]
     return owner
 
 

@@ -68,19 +68,41 @@ class GradShards:
         for p in params:
             if sharding.owns(p):
                 if p.grad is not None:
-                    owned.append(p.grad)
+                    owned.append(p)
             else:
                 p.grad = None
-        # A sum is non-finite iff a value is (or the sum passes float32's 3e38): one read of the owned gradients,
-        # where isfinite().all() also wrote a mask of them (45 ms a step on 25 M float32 weights, one thread).
-        sums = [(g.coalesce()._values() if g.is_sparse else g).sum(dtype=torch.float32) for g in owned]
-        local = bool(sums) and not bool(torch.isfinite(torch.stack(sums)).all())
+        local = any(not _finite(_values(p.grad)) for p in owned)
         flag = torch.tensor([1.0 if local else 0.0])
         allreduce_(flag, name="sharded.found_inf", op=Max, process_set=opt.process_set)
-        target = next((g for g in owned if not g.is_sparse and g.numel()), None)
-        if flag.item() and not local and target is not None:
-            with torch.no_grad():
-                target.view(-1)[0] = float("nan")
+        if flag.item() and not local:
+            _poison(owned)
+
+
+def _values(grad):
+    """The stored values of a gradient (a sparse one's, coalesced)."""
+    return grad.coalesce()._values() if grad.is_sparse else grad
+
+
+def _finite(values):
+    """Whether every value is finite. A sum is non-finite when a value is, or when it overflows: one read of the
+    values (isfinite().all() also writes a mask: 45 ms a step on 25 M float32 weights, one thread), and the exact
+    check only then."""
+    if not values.numel():
+        return True
+    wide = torch.float64 if values.dtype == torch.float64 else torch.float32
+    return bool(torch.isfinite(values.sum(dtype=wide))) or bool(torch.isfinite(values).all())
+
+
+def _poison(owned):
+    """Makes one value of this rank's owned gradients NaN (a dense one's first, else a sparse one's, coalesced)."""
+    with torch.no_grad():
+        for p in sorted(owned, key=lambda p: p.grad.is_sparse):
+            if p.grad.is_sparse:
+                p.grad = p.grad.coalesce()
+            values = _values(p.grad)
+            if values.numel():
+                values[(0,) * values.dim()] = float("nan")
+                return
 
 
 def clip_grad_norm_(optimizer, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
@@ -104,10 +126,15 @@ def clip_grad_norm_(optimizer, max_norm, norm_type=2.0, error_if_nonfinite=False
     local = local.detach().to(torch.float64).reshape(1).cpu()
     if norm_type == float("inf"):
         total = allreduce_(local, name="sharded.clip_norm", op=Max, process_set=optimizer.process_set)[0]
+    elif norm_type == 0:  # (a count of the non-zero values: the parts add up)
+        total = allreduce_(local, name="sharded.clip_norm", op=Sum, process_set=optimizer.process_set)[0]
     else:
         total = allreduce_(local ** norm_type, name="sharded.clip_norm", op=Sum,
                            process_set=optimizer.process_set)[0] ** (1.0 / norm_type)
-    total = total.to(torch.float32)
+    # As torch's: on the gradients' device, in their dtype where they share one (else float32).
+    like = grads[0] if grads and all(g.dtype == grads[0].dtype for g in grads) else None
+    total = total.to(dtype=like.dtype if like is not None else torch.float32,
+                     device=like.device if like is not None else "cpu")
     if error_if_nonfinite and not torch.isfinite(total):
         raise RuntimeError("clip_grad_norm_: the total norm of order %s of the gradients is non-finite (%s), so it "
                            "cannot be clipped; error_if_nonfinite=False clips anyway" % (norm_type, total.item()))

@@ -55,6 +55,12 @@ class _DistributedOptimizer:
             self._sharding = Sharding(self, members_of(process_set), rank(), process_set)
             self._sharding.drop_others(self.state)  # state made before wrapping: this rank's part only
             self._grad_shards = GradShards(self) if sharded == 2 else None
+            if sharded == 2 and not any(p.requires_grad and self._sharding.owns(p) for p in self._sharding.params):
+                warnings.warn("DistributedOptimizer(sharded=2): rank %d owns no trainable parameter (%d trainable "
+                              "over %d ranks), so it holds no gradient: a GradScaler there has nothing to check "
+                              "(torch raises 'No inf checks were recorded'); sharded=1 holds every gradient" % (
+                                  rank(), sum(p.requires_grad for p in self._sharding.params),
+                                  len(self._sharding.members)))
 
     def state_dict(self, *args, **kwargs):
         """The wrapped optimizer's state_dict; sharded, every rank's part gathered into the unsharded layout (every
@@ -221,6 +227,8 @@ class _DistributedOptimizer:
         if not self.process_set.included():
             self._synchronized = True
             return
+        if self._grad_shards is not None and self._synchronized and not self._handles:
+            return  # no backward since: reducing again would average owned gradients with the others' zeros
         if self._powersgd is not None:
             try:
                 self._powersgd_synchronize()
@@ -254,6 +262,8 @@ class _DistributedOptimizer:
         finally:
             self._handles.clear()
             self._reset_counts()
+            if self._grad_shards is not None:
+                self._grad_shards.reset()  # (after a failure too: no stale ownership or in-flight entries)
         if self._grad_shards is not None:
             self._grad_shards.settle(self._requires_update)
         self._synchronized = True

@@ -11,6 +11,7 @@ from tfring.tensorflow.compression import Compression
 from tfring.tensorflow.tf_keras.aggregation import GradientAggregator, check_passes
 from tfring.common.optimizer_delegation import InnerOptimizerDelegation
 from tfring.common.reduce_ops import Average, Sum
+from tfring.tensorflow._powersgd import TapeState
 from tfring.tensorflow.tape import GradientReducer
 
 WHO = "tfring.keras.DistributedOptimizer (tf_keras)"
@@ -88,6 +89,12 @@ class LegacyDistributedOptimizer(InnerOptimizerDelegation, tf_keras.optimizers.O
                              % (WHO, compression))
         reducer = GradientReducer(WHO, op, compression, sparse_as_dense, gradient_predivide_factor, groups,
                                   num_groups, process_set, device_dense, device_sparse, scale_local_gradients)
+        if reducer.powersgd is not None:
+            if backward_passes_per_step != 1:
+                raise ValueError("%s: compression=%r does not combine with backward_passes_per_step=%r (as Keras 3's)"
+                                 % (WHO, compression, backward_passes_per_step))
+            # Its own step count, Q and errors (a tape's are shared by equal settings: tapes are made every step).
+            reducer.powersgd = TapeState(reducer.powersgd.config)
         aggregator = (GradientAggregator(WHO, backward_passes_per_step, average_aggregated_gradients)
                       if check_passes(WHO, backward_passes_per_step) > 1 else None)
         kwargs.pop("learning_rate", None)
