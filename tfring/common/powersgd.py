@@ -219,7 +219,7 @@ class EagerState:
     compressed tensor, its Q and error, made on first use.
 
     Args:
-        config: the `PowerSGD` settings.
+        config: the `PowerSGD` settings (or the class itself: its defaults).
         la: the binding's `LinearAlgebra`.
         from_numpy: makes a binding tensor like `like` (dtype, device) from a numpy array: from_numpy(array, like).
         zeros_like: the binding's zeros_like.
@@ -227,7 +227,7 @@ class EagerState:
     """
 
     def __init__(self, config, la, from_numpy, zeros_like, reshape):
-        self.config, self.la = config, la
+        self.config, self.la = settings(config), la
         self._from_numpy, self._zeros_like, self._reshape = from_numpy, zeros_like, reshape
         self.steps = 0
         self.qs, self.errors = {}, {}

@@ -22,15 +22,7 @@ class MXNetLinearAlgebra(powersgd.LinearAlgebra):
         return mx.nd.array(q, ctx=p.context, dtype=p.dtype)
 
 
-def eager_state(config):
-    """A `powersgd.EagerState` over NDArrays.
 
-    Args:
-        config: the `PowerSGD` settings (or the class itself: its defaults).
-
-    Returns:
-        powersgd.EagerState
-    """
-    return powersgd.EagerState(powersgd.settings(config), MXNetLinearAlgebra,
-                               lambda array, like: mx.nd.array(array, ctx=like.context, dtype=like.dtype),
-                               mx.nd.zeros_like, lambda t, shape: t.reshape(shape))
+def from_numpy(array, like):
+    """An NDArray of `array` on `like`'s context, in its dtype."""
+    return mx.nd.array(array, ctx=like.context, dtype=like.dtype)

@@ -9,7 +9,7 @@ import mxnet as mx
 import numpy as np
 
 from tfring.common import powersgd
-from tfring.mxnet._powersgd import eager_state
+from tfring.mxnet._powersgd import MXNetLinearAlgebra, from_numpy
 from tfring.mxnet.compression import Compression
 from tfring.mxnet.mpi_ops import Average, allreduce_, broadcast_, global_process_set, grouped_allreduce_, size
 
@@ -113,7 +113,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             raise ValueError("tfring.mxnet.DistributedTrainer: compression=%r does not combine with num_groups=%r "
                              "(PowerSGD groups its two rounds itself)" % (compression, num_groups))
         # PowerSGD's state (each compressed gradient's Q and error) lives here, between steps.
-        self._powersgd = None if powersgd.settings(compression) is None else eager_state(compression)
+        self._powersgd = None if powersgd.settings(compression) is None else powersgd.EagerState(
+            compression, MXNetLinearAlgebra, from_numpy, mx.nd.zeros_like, lambda t, shape: t.reshape(shape))
         self._compression = compression
         self._process_set = process_set
         if isinstance(optimizer, DistributedOptimizer):
