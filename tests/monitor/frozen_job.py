@@ -17,7 +17,9 @@ import tfring.torch as hvd
 FROZEN = int(sys.argv[1])
 DATA = sys.argv[2:] == ["data"]
 # 96 Mi floats (384 MiB): the transfer lasts well over the 0.3 s after which the frozen rank stops (np=3, 2 cores).
-BIG = 96 << 20
+# Made before init: under load, filling it took some ranks over the 3 s stall deadline after the others had
+# reached the "ready" allreduce (a CI failure), which then failed as a stall before anything froze.
+BIG = torch.ones(96 << 20) if DATA else None
 hvd.init()
 
 
@@ -45,12 +47,11 @@ def negotiation_freeze():
 
 
 def data_freeze(state):
-    big = torch.ones(BIG)
     hvd.allreduce(torch.ones(1), name="ready")  # every rank submits the big one within milliseconds of the others
     if state.frozen and hvd.rank() == FROZEN:
         freeze_soon(0.3)  # by then the negotiation (ms) is over and every rank is inside the transfer
     start = time.time()
-    out = hvd.allreduce(big, op=hvd.Sum, name="big")
+    out = hvd.allreduce(BIG, op=hvd.Sum, name="big")  # (out of place: BIG stays ones for a redo)
     state.frozen = False
     print("DONE %d %d %.1f %.1f" % (hvd.rank(), hvd.size(), out[0].item(), time.time() - start), flush=True)
 

@@ -24,10 +24,11 @@ class GradShards:
         self.opt = optimizer
         self.in_flight = deque()  # non-owned parameters whose reduction was submitted, oldest first
         self.current = False  # whether ownership was decided for this step
+        self.settled = False  # whether the gradients were settled since the last zero_grad()
 
     def reset(self):
         self.in_flight.clear()
-        self.current = False
+        self.current = self.settled = False
 
     def sharding(self):
         """The optimizer's sharding for the set's members now, decided once a step (an elastic reset changes them
@@ -76,6 +77,7 @@ class GradShards:
         allreduce_(flag, name="sharded.found_inf", op=Max, process_set=opt.process_set)
         if flag.item() and not local:
             _poison(owned)
+        self.settled = True
 
 
 def _values(grad):

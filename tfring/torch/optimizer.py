@@ -227,8 +227,10 @@ class _DistributedOptimizer:
         if not self.process_set.included():
             self._synchronized = True
             return
-        if self._grad_shards is not None and self._synchronized and not self._handles:
-            return  # no backward since: reducing again would average owned gradients with the others' zeros
+        if self._grad_shards is not None and self._grad_shards.settled and not self._handles:
+            # No backward and no zero_grad() since the last one: reducing again would average each owned gradient
+            # with the others' zeros. (After zero_grad() a rank without gradients still reduces its zeros.)
+            return
         if self._powersgd is not None:
             try:
                 self._powersgd_synchronize()
@@ -357,6 +359,8 @@ class _DistributedOptimizer:
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
                                  "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
+        if self._grad_shards is not None:
+            self._grad_shards.settled = False
         return super().zero_grad(*args, **kwargs)
 
 
