@@ -19,6 +19,7 @@ from tfring.runner.elastic.discovered import DiscoveredHosts, choose_hosts
 from tfring.runner.elastic import discovery, hostnames
 from tfring.runner.elastic import driver as ed
 from tfring.runner.launch import main, parse
+from tfring.runner.flags import UsageError
 from tfring.runner.mpirun import plan_elastic
 
 SECRET = new_secret()
@@ -269,6 +270,24 @@ def test_planned_command_has_ulfm_and_forwards_the_secret_by_name_only():
     assert env["TFRING_ELASTIC_RESTART"] == "1"
     assert (env["TFRING_ELASTIC_MAX_NP"], env["TFRING_ELASTIC_RESET_LIMIT"], env["TFRING_ELASTIC_TIMEOUT"]) == \
         ("0", "-1", "7")
+
+
+@pytest.mark.parametrize("environ,keepalive", [
+    ({}, True),  # the default deadline (30 min): PRRTE's keepalive notices a lost host first, the job restarts
+    ({"TFRING_STALL_SHUTDOWN_TIME_SECONDS": "5"}, False),  # in place at the deadline: nothing may end the job
+    ({"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "60"}, False),
+    ({"TFRING_STALL_SHUTDOWN_TIME_SECONDS": "61"}, True),
+    ({"TFRING_STALL_SHUTDOWN_TIME_SECONDS": "5", "TFRING_STALL_CHECK_DISABLE": "1"}, True),
+    ({"TFRING_STALL_SHUTDOWN_TIME_SECONDS": "0"}, True),
+])
+def test_a_short_stall_deadline_drops_prrtes_keepalive(environ, keepalive):
+    args = parse(["-np", "2", "--min-np", "1", "python", "x.py"])
+    cmd, _ = plan_elastic(args, [("h1", 1), ("h2", 1)], 2, "10.1.2.3:4444", new_secret(), environ)
+    assert ("oob_tcp_keepalive_time" in cmd) == keepalive and ("oob_tcp_keepalive_probes" in cmd) == keepalive
+    assert cmd[1:3] == ["--with-ft", "ulfm"] and cmd[cmd.index("--host") + 1] == "h1:1,h2:1"
+    with pytest.raises(UsageError, match="TFRING_STALL_SHUTDOWN_TIME_SECONDS='soon': expected seconds"):
+        plan_elastic(args, [("h1", 1), ("h2", 1)], 2, "10.1.2.3:4444", new_secret(),
+                     {"TFRING_STALL_SHUTDOWN_TIME_SECONDS": "soon"})
 
 
 # ---- the driver end to end, with a stand-in for mpirun that talks to it as rank 0 would

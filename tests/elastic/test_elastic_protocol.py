@@ -63,11 +63,29 @@ def test_both_books_take_what_the_ranks_send():
     (protocol.END, {"rank": 2, "host": "-oProxyCommand=x", "pid": 9}, "'host' must be a host name"),
     (protocol.END, {"rank": 2, "host": "h 2", "pid": 9}, "'host' must be a host name"),
     (protocol.END, {"rank": 2, "host": "h2", "pid": 1}, "'pid' must be an integer >= 2, got 1"),
+    (protocol.SILENT, {"rank": 0, "host": "h1", "pid": 9}, "'silent' must be a list of 1 to 4096"),
+    (protocol.SILENT, {"rank": 0, "host": "h1", "pid": 9, "silent": []}, "'silent' must be a list of 1 to 4096"),
+    (protocol.SILENT, {"rank": 0, "host": "h1", "pid": 9, "silent": [{"rank": 2, "host": "h2", "pid": 0}]},
+     "'pid' must be an integer >= 2, got 0"),
 ])
 def test_both_books_refuse_a_malformed_request_alike(path, payload, match):
     for book, _ in _books():
         with pytest.raises(BadRequest, match=match):
             book.handlers()[path](payload)
+
+
+def test_silent_ranks_the_launcher_arbitrates_who_goes_on():
+    for book, lines in _books():
+        # A cut link: h1's ranks ask first and go on; h2's rank, asking later about them, is told to end.
+        assert book.silent(protocol.silent_request((0, "h1", 10), [(2, "h2", 30)])) == {"ok": True, "message": ""}
+        assert book.silent(protocol.silent_request((1, "h1", 11), [(2, "h2", 30)]))["ok"]
+        assert sum("rank 2 (host h2, pid 30) stopped responding" in line for line in lines) == 1, lines  # once
+        reply = book.silent(protocol.silent_request((2, "h2", 30), [(0, "h1", 10), (1, "h1", 11)]))
+        assert reply == {"ok": False, "message": "rank 0 declared this rank silent first"}
+        assert book.silent(protocol.silent_request((0, "h1", 10), [(2, "h2", 30)]))["ok"]  # h1's did not become silent
+        assert not book.silent(protocol.silent_request((2, "h2", 30), [(0, "h1", 10)]))["ok"]
+        book.declared.clear()  # a new mpirun run: new processes
+        assert book.silent(protocol.silent_request((2, "h2", 30), [(0, "h1", 10)]))["ok"]
 
 
 def test_a_ranks_log_line_is_cleaned_and_capped_alike():

@@ -11,8 +11,10 @@ REBUILD = ("Rebuild tfring against the framework you have: `pip install --no-bui
            "--no-deps <path-to-tfring>` (or, in a source checkout, `python setup.py build_ext --inplace`).")
 
 CORE_LIBRARY = "libtfring_core.so"
-# void hook(int rank, const char* host, int pid): tfring_set_end_silent_hook (c_api.h)
-END_SILENT_HOOK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_int)
+# int hook(rank, host, pid, n, ranks, hosts, pids, alone, ask): tfring_set_silent_hook (c_api.h)
+_INTS = ctypes.POINTER(ctypes.c_int)
+SILENT_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, _INTS,
+                               ctypes.POINTER(ctypes.c_char_p), _INTS, _INTS, ctypes.c_int)
 _c = None  # the core's ctypes handle, once loaded
 
 
@@ -126,7 +128,7 @@ def _declare(c):
     c.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     c.tfring_metrics.restype = ctypes.c_char_p
     c.tfring_set_tensor_label.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-    c.tfring_set_end_silent_hook.argtypes = [END_SILENT_HOOK]
+    c.tfring_set_silent_hook.argtypes = [SILENT_HOOK]
     c.tfring_unnamed_collective.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
                                             ctypes.c_int]
     c.tfring_release_name_scope.argtypes = [ctypes.c_char_p]

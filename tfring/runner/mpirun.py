@@ -22,6 +22,10 @@ LOCAL_NAMES = ("localhost", "127.0.0.1")
 # Fail within seconds (not ~8 minutes) when a link between hosts dies: TCP keepalive on PRRTE's daemons.
 KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "3", "--mca", "oob_tcp_keepalive_intvl", "1",
              "--mca", "oob_tcp_keepalive_probes", "3"]
+# An elastic job whose stall deadline is at most this many seconds survives a cut link in place: at the deadline the
+# survivors declare the ranks beyond it failed (docs/elastic.md). PRRTE ends the whole job once its keepalive loses
+# a host's daemon, so such a job runs without it; with a longer deadline the keepalive's restart comes sooner.
+IN_PLACE_DEADLINE = 60
 # --tcp: point-to-point over the TCP BTL only (shared memory within a host stays: it is not a network).
 TCP_ONLY = ["--mca", "pml", "ob1", "--mca", "btl", "tcp,sm,self"]
 # Elastic jobs: ULFM (survivors see a dead rank as an error instead of being killed), with only the collective
@@ -317,7 +321,21 @@ def plan_elastic(args, hosts, np_, address, secret, environ=None, extra_env=None
     args.start_deadline, args.num_ranks = sub.start_deadline, sub.num_ranks
     # Slots are the driver's books: MPI_Comm_spawn must not be refused for a host PRRTE thinks is full.
     extra = [] if "--oversubscribe" in cmd else ["--oversubscribe"]
+    if survives_cut_links(env) and KEEPALIVE[1] in cmd:
+        at = cmd.index(KEEPALIVE[1]) - 1
+        cmd = cmd[:at] + cmd[at + len(KEEPALIVE):]
     return cmd[:1] + ulfm_args(cmd) + extra + cmd[1:], env
+
+
+def survives_cut_links(environ):
+    """Whether an elastic job with this environment goes on in place after a cut link (IN_PLACE_DEADLINE)."""
+    value, var = knobs.value("TFRING_STALL_SHUTDOWN_TIME_SECONDS", environ)
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise UsageError("%s=%r: expected seconds" % (var, value)) from None
+    disabled = knobs.value("TFRING_STALL_CHECK_DISABLE", environ)[0].strip().lower() in ("1", "true", "yes", "on")
+    return not disabled and 0 < seconds <= IN_PLACE_DEADLINE
 
 
 def ulfm_args(cmd):

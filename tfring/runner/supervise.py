@@ -16,6 +16,7 @@ from tfring.runner.stale_sessions import remove_stale
 # Open MPI 5's launcher occasionally fails this way at start-up (seen about once in a few hundred launches on a
 # loaded 2-core machine, not reproducible on demand); no rank has run, so starting again is safe.
 TRANSIENT_START_FAILURE = "The PMIx server's listener thread failed to start"
+FINISHED_GRACE = 10  # seconds mpirun has to end after every rank reported its exit (elastic jobs)
 
 
 def failed_to_start(rc, relay):
@@ -59,13 +60,28 @@ class Mpirun:
             self.late.extend(sorted(set(range(num_ranks)) - self.relay.started))
             self.kill()
 
-    def wait(self, stdout, stderr):
-        """Relays the output until mpirun exits; returns its exit code."""
+    def wait(self, stdout, stderr, done=None):
+        """Relays the output until mpirun exits; returns its exit code. done: callable() -> whether every rank of
+        the job reported its exit (elastic): mpirun is then ended if it has not exited FINISHED_GRACE s later (it
+        waits for a daemon behind a cut link that no longer hears it, or for a rank stuck in MPI_Finalize)."""
         threads = [threading.Thread(target=self.relay.pump, args=(self.proc.stdout, stdout), daemon=True),
                    threading.Thread(target=self.relay.pump, args=(self.proc.stderr, stderr), daemon=True)]
         for t in threads:
             t.start()
-        rc = self.proc.wait()
+        finished_at = None
+        while True:
+            try:
+                rc = self.proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if done is None or not done():
+                    continue
+                finished_at = finished_at or time.monotonic()
+                if time.monotonic() - finished_at > FINISHED_GRACE:
+                    stderr.write("tfringrun: every rank reported its exit %d s ago, but mpirun has not ended: ending "
+                                 "it\n" % FINISHED_GRACE)
+                    self.kill()
+                    done, finished_at = None, None
         if rc < 0:  # mpirun itself died of a signal (not ours: that gives 128 + n): take the ranks it left behind
             kill_session(self.proc.pid)
         for t in threads:
@@ -75,7 +91,7 @@ class Mpirun:
 
 
 def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timestamp_output=False,
-                timestamp_logs=False, start_timeout=0, num_ranks=0, report=None, finished=None):
+                timestamp_logs=False, start_timeout=0, num_ranks=0, report=None, finished=None, done=None):
     """Runs mpirun; returns its exit code. SIGINT/SIGTERM stop every rank (SIGKILL after 5 s), as does a rank
     that has not started within start_timeout seconds (the command must then be wrapped by plan()). Runs it once
     more, saying so, when Open MPI failed at start-up (TRANSIENT_START_FAILURE) before any rank wrote a line.
@@ -94,6 +110,7 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
             None.
         finished: callable(rc) -> str or None: for a failed mpirun, a line saying the job finished all the same
             (every rank reported success; elastic mode), then the exit code is 0.
+        done: callable() -> whether every rank reported its exit (Mpirun.wait), or None.
 
     Returns:
         int: mpirun's exit code (128 + signal when stopped by one).
@@ -116,7 +133,7 @@ def run_command(cmd, output_dir=None, stdout=None, stderr=None, env=None, timest
             remove_stale(env)  # a killed launch's session directory fails the next mpirun on its pid
             relay = Relay(output_dir, timestamp_output, timestamp_logs)
             current[0] = Mpirun(cmd, env, relay, start_timeout, num_ranks)
-            rc = current[0].wait(stdout, stderr)
+            rc = current[0].wait(stdout, stderr, done)
             if stopping or attempt or not failed_to_start(rc, relay):
                 break
             stderr.write("%stfringrun: Open MPI failed before starting any rank (%s); starting the job again\n" % (

@@ -158,7 +158,10 @@ int tfring_tensor_names(const char* base, int count, char* out, int out_len) {
   return static_cast<int>(joined.size());
 }
 
-void tfring_set_end_silent_hook(void (*hook)(int rank, const char* host, int pid)) { tfring::SetEndSilentHook(hook); }
+void tfring_set_silent_hook(int (*hook)(int rank, const char* host, int pid, int n, const int* ranks,
+                                        const char* const* hosts, const int* pids, const int* alone, int ask)) {
+  tfring::SetSilentHook(hook);
+}
 
 void tfring_set_tensor_label(const char* name, const char* label) {
   if (name && label) tfring::SetTensorLabel(name, label);

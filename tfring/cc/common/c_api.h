@@ -52,9 +52,11 @@ void tfring_stop_timeline();
 const char* tfring_metrics();
 // A training step ended on this rank (rank 0's marks count the steps; without marks the monitor infers them).
 void tfring_mark_step();
-// Elastic jobs: how a rank that stopped responding with no live rank on its host gets ended (census.h): hook(its
-// rank, its host as the launcher names it, its pid), called on a thread of its own.
-void tfring_set_end_silent_hook(void (*hook)(int rank, const char* host, int pid));
+// Elastic jobs: who decides to go on without ranks that stopped responding (census.h, SilentHook): hook(this rank,
+// its host, its pid, n, the silent ranks, their hosts, their pids, whether each is alone on its host, whether this
+// rank asks for those to be ended) -> 1 go on, 0 end this rank, -1 no launcher; called on a thread of its own.
+void tfring_set_silent_hook(int (*hook)(int rank, const char* host, int pid, int n, const int* ranks,
+                                        const char* const* hosts, const int* pids, const int* alone, int ask));
 // Shows `label` next to collective `name` in stall reports (e.g. the variable behind a gradient).
 void tfring_set_tensor_label(const char* name, const char* label);
 // Names (names.h, the one rule): the next unnamed collective of kind `prefix` on the set, counted in `scope` (""

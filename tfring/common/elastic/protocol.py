@@ -16,10 +16,15 @@ capped the same way whichever launcher prints it.
            "launch"?}                     belongs to, when the launcher numbers them: a late report of an earlier
                                           run is not counted for the next)
   /end    {"rank", "host", "pid"}         end a rank that stopped responding with no live rank on its host (the
-                                          launcher checks that the process is one of this job's first)"""
+                                          launcher checks that the process is one of this job's first)
+  /silent {"rank", "host", "pid",         this rank (its world rank, host, pid) saw the "silent" ranks stop
+           "silent": [{"rank", "host",    responding past the stall deadline and asks to go on without them: "ok"
+           "pid"}]}                       unless this rank was itself declared silent first (the launcher is the
+                                          arbiter between sides of a cut link; a rank that cannot reach it ends)"""
 from tfring.common.signed_channel import BadRequest
 
-HOSTS, RESET, LOG, START, EXIT, END = "/hosts", "/reset", "/log", "/start", "/exit", "/end"
+HOSTS, RESET, LOG, START, EXIT, END, SILENT = "/hosts", "/reset", "/log", "/start", "/exit", "/end", "/silent"
+MAX_SILENT = 4096  # ranks one /silent request may name
 REASONS = ("failure", "grow")
 MAX_LOG_MESSAGE = 2000  # characters of a rank's /log line
 
@@ -121,3 +126,17 @@ def check_end(payload):
             or any(c.isspace() for c in host)):
         raise BadRequest("'host' must be a host name, got %r" % (host,))
     return rank, host, pid
+
+
+def silent_request(me, silent):
+    """me: (rank, host, pid) of the asking rank; silent: [(rank, host, pid)] of those that stopped responding."""
+    return dict(end_request(*me), silent=[end_request(*s) for s in silent])
+
+
+def check_silent(payload):
+    """((rank, host, pid), [(rank, host, pid)]) of a /silent request: the asking rank and at least one silent one."""
+    silent = payload.get("silent")
+    if not isinstance(silent, list) or not 0 < len(silent) <= MAX_SILENT or \
+            not all(isinstance(s, dict) for s in silent):
+        raise BadRequest("'silent' must be a list of 1 to %d {rank, host, pid} objects" % MAX_SILENT)
+    return check_end(payload), [check_end(s) for s in silent]

@@ -1,4 +1,4 @@
-"""The one elastic driver's books and the ranks' channel (`/hosts /reset /log /exit`, tfring.common.elastic.protocol),
+"""The one elastic driver's books and the ranks' channel (`/hosts /reset /log /exit /end /silent`, tfring.common.elastic.protocol),
 for every launcher: tfringrun (slots from discovery: discovered.DiscoveredHosts) and the Spark/Ray elastic jobs (slots
 from the scheduler's registrations: tfring.runner.slots.registered.RegisteredSlots). The book counts resets, caps
 growth at --max-np, records the ranks' exits and answers the ranks alike; its source says which slots are free, where
@@ -39,6 +39,9 @@ class ElasticBook:
         self.resets = 0
         self.host_requests = 0  # /hosts requests so far (one per commit of rank 0)
         self.reasons = []  # (time, "failure" | "grow", ranks) of each reset rank 0 reported
+        # (host, pid) of each rank some rank declared silent (/silent) -> who did: the arbiter's memory. Cleared
+        # for each mpirun run (new processes; a pid may come back).
+        self.declared = {}
 
     def hosts(self, payload):
         """Handler of `/hosts`: what the job may grow into now.
@@ -115,6 +118,33 @@ class ElasticBook:
             rank, host, pid, message))
         return {"ok": ended, "message": message}
 
+    def silent(self, payload):
+        """Handler of `/silent`: a rank saw others stop responding past the stall deadline (a frozen process, a cut
+        link) and goes on without them, unless it was declared silent itself first. A rank cut off from the others
+        reaches the launcher no better (or, on a cut link, later than the ranks on the launcher's side): it is
+        refused, or cannot ask, and ends itself, so the job never splits into two that both go on.
+
+        Args:
+            payload: {"rank", "host", "pid", "silent": [{"rank", "host", "pid"}]} (protocol.check_silent).
+
+        Returns:
+            dict: {"ok": whether the asking rank goes on, "message": why not}.
+
+        Raises:
+            BadRequest: a missing or mistyped field.
+        """
+        me, silent = protocol.check_silent(payload)
+        with self.source.lock:
+            by = self.declared.get(me[1:])
+            if by is not None:
+                return {"ok": False, "message": "rank %d declared this rank silent first" % by}
+            new = [s for s in silent if s[1:] not in self.declared]
+            self.declared.update((s[1:], me[0]) for s in new)
+        for rank, host, pid in new:
+            self._say("rank %d (host %s, pid %d) stopped responding: the others go on without it (rank %d)" % (
+                rank, host, pid, me[0]))
+        return {"ok": True, "message": ""}
+
     def log(self, payload):
         """Handler of `/log`: a rank's message, as one cleaned line (protocol.check_log)."""
         self._say(protocol.check_log(payload))
@@ -123,4 +153,5 @@ class ElasticBook:
     def handlers(self):
         """The server's handler table, {path: handler}."""
         return {protocol.HOSTS: self.hosts, protocol.RESET: self.reset, protocol.LOG: self.log,
-                protocol.START: self.exits.start, protocol.EXIT: self.exits.record, protocol.END: self.end}
+                protocol.START: self.exits.start, protocol.EXIT: self.exits.record, protocol.END: self.end,
+                protocol.SILENT: self.silent}

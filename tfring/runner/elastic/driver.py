@@ -55,8 +55,8 @@ def _finished(exits, rc):
     if size is None:
         return None
     return ("every rank of the final %d reported success, but mpirun ended with exit code %d after them (Open MPI "
-            "5.0.11 can crash in its teardown after a spawn onto an added host; see docs/elastic.md): the job "
-            "succeeded" % (size, rc))
+            "5.0.11 can crash in its teardown after a spawn onto an added host, or wait for a daemon behind a cut "
+            "link; see docs/elastic.md): the job succeeded" % (size, rc))
 
 
 CRASH_RESTARTS = 3  # restarts after every rank died without a failure of its own (a job that kills itself: not more)
@@ -83,10 +83,12 @@ def _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr
             print("tfringrun: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         report, at_launch = {}, book.host_requests
         book.exits.clear(launches)
+        book.declared.clear()
         rc = run_command(cmd, args.output_filename, stderr=stderr, env=env,
                          timestamp_output=bool(args.prefix_output_with_timestamp),
                          timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,
-                         num_ranks=args.num_ranks, report=report, finished=functools.partial(_finished, book.exits))
+                         num_ranks=args.num_ranks, report=report, finished=functools.partial(_finished, book.exits),
+                         done=lambda: book.exits.finished_size() is not None)
         lost = report.get("lost_host")
         # Every rank gone without a failure of its own (killed together, or crashed inside Open MPI: a SIGSEGV in
         # ULFM's shrink) after a commit of this launch: mpirun exits non-zero, or 0 when none reported at all (under

@@ -1,6 +1,7 @@
 #include "census.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include "../../clock.h"
 #include "../../logging.h"
+#include "declare_failed.h"
 
 namespace tfring {
 namespace {
@@ -26,7 +28,7 @@ std::vector<MPI_Comm> g_census_comms;
 // ping, and the second receive would then wait forever.
 std::mutex g_io_mu;
 std::atomic<int> g_census_seq{0};  // a late answer to an earlier census does not count for a later one
-std::atomic<EndSilentHook> g_end_hook{nullptr};
+std::atomic<SilentHook> g_silent_hook{nullptr};
 
 void AnswerPingsLocked() {
   std::vector<MPI_Comm> comms;
@@ -111,36 +113,70 @@ std::string Describe(const MpiContext& ctx, const std::vector<int>& ranks) {
   return out.str();
 }
 
-void SetEndSilentHook(EndSilentHook hook) { g_end_hook = hook; }
+void SetSilentHook(SilentHook hook) { g_silent_hook = hook; }
 
 void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
   auto answering = [&](int r) { return std::find(silent.begin(), silent.end(), r) == silent.end(); };
   int lowest = -1;  // the lowest answering rank: it asks the launcher where no rank on the host can act
   for (int r = 0; r < ctx.size && lowest < 0; ++r)
     if (answering(r)) lowest = r;
+  auto world = [&](int r) { return r < static_cast<int>(ctx.world_rank.size()) ? ctx.world_rank[r] : r; };
+  // Everything the deciding thread needs is copied: the runtime (ctx) may be rebuilt before it ends.
+  std::vector<int> ranks, pids, alone, mine;  // mine: the pids this rank SIGKILLs
+  std::vector<std::string> hosts;
+  std::vector<int> known;
   for (int s : silent) {
     if (s >= static_cast<int>(ctx.pid.size()) || s >= static_cast<int>(ctx.host_of.size())) continue;
     int ender = -1;  // the lowest answering rank on the silent rank's host
     for (int r = 0; r < ctx.size && ender < 0; ++r)
       if (ctx.host_of[r] == ctx.host_of[s] && answering(r)) ender = r;
-    if (ender < 0 && lowest == ctx.rank) {
-      const EndSilentHook hook = g_end_hook;
-      TFR_LOG(TFR_WARNING, Describe(ctx, {s}) << ", pid " << ctx.pid[s] << " stopped responding and no live rank "
-                                              << "shares its host: "
-                                              << (hook ? "asking the launcher to end it"
-                                                       : "nothing here can end it (no elastic launcher)"));
-      const int world = s < static_cast<int>(ctx.world_rank.size()) ? ctx.world_rank[s] : s;
-      // On a thread of its own: a Python hook needs the GIL, which this waiting thread must never wait for.
-      if (hook)
-        std::thread([hook, world, host = ctx.host_name[s], pid = ctx.pid[s]] {
-          hook(world, host.c_str(), pid);
-        }).detach();
-    }
-    if (ender != ctx.rank) continue;
-    TFR_LOG(TFR_WARNING, "ending " << Describe(ctx, {s}) << ", pid " << ctx.pid[s]
-                                   << ": it stopped responding; the elastic job goes on without it");
-    kill(ctx.pid[s], SIGKILL);
+    known.push_back(s);
+    ranks.push_back(world(s));
+    hosts.push_back(ctx.host_name[s]);
+    pids.push_back(ctx.pid[s]);
+    alone.push_back(ender < 0);
+    if (ender == ctx.rank) mine.push_back(ctx.pid[s]);
   }
+  const std::string said = Describe(ctx, known);
+  const SilentHook hook = g_silent_hook;
+  const int me = world(ctx.rank), my_pid = getpid();
+  const std::string my_host = ctx.rank < static_cast<int>(ctx.host_name.size()) ? ctx.host_name[ctx.rank] : "";
+  const bool ask = lowest == ctx.rank;
+  std::vector<MpiProcessName> names = hook ? ProcessNames(ctx.comm, known) : std::vector<MpiProcessName>();
+  auto decide = [=] {
+    int verdict = -1;
+    if (hook) {
+      std::vector<const char*> host_ptrs;
+      for (const auto& h : hosts) host_ptrs.push_back(h.c_str());
+      verdict = hook(me, my_host.c_str(), my_pid, static_cast<int>(ranks.size()), ranks.data(), host_ptrs.data(),
+                     pids.data(), alone.data(), ask);
+    }
+    if (verdict == 0) {  // this rank is the one cut off (or was declared silent first): it must not go on alone
+      TFR_LOG(TFR_ERROR, "this rank cannot go on with the others (" << said << " stopped responding to it and the "
+                                                                    << "launcher did not confirm): ending itself");
+      kill(getpid(), SIGKILL);
+    }
+    for (int pid : mine) {
+      TFR_LOG(TFR_WARNING, "ending pid " << pid << " (" << said << "): it stopped responding; the elastic job "
+                                         << "goes on without it");
+      kill(pid, SIGKILL);
+    }
+    if (verdict == 1) {
+      const bool declared = DeclareFailed(names);
+      TFR_LOG(TFR_WARNING, (declared ? "declared " : "could not declare ") << said << " failed to MPI");
+    }
+    if (verdict < 0 && ask)
+      for (size_t i = 0; i < alone.size(); ++i)
+        if (alone[i])
+          TFR_LOG(TFR_WARNING, "rank " << ranks[i] << " (host " << hosts[i] << "), pid " << pids[i]
+                                       << " stopped responding and no live rank shares its host: nothing here can "
+                                       << "end it (no elastic launcher)");
+  };
+  // On a thread of its own: a Python hook needs the GIL, which this waiting thread must never wait for.
+  if (hook)
+    std::thread(decide).detach();
+  else
+    decide();
 }
 
 SilenceCheck::SilenceCheck(const MpiContext& ctx, std::string what, double start)
@@ -153,6 +189,7 @@ bool SilenceCheck::Poll(Status* failure, const std::function<bool()>& still_wait
   const double now = SteadySeconds();
   const bool final = now + kCensusSeconds >= give_up_at_;  // the census ends at the deadline: the last one decides
   if (now < warn_at_ && !final) return false;
+  if (ended_silent_ && !final) return false;  // decided: the grace is for MPI to report them, no more warnings
   const std::vector<int> silent = Census(ctx_);
   const int waited = static_cast<int>(SteadySeconds() - start_);
   // A transfer that failed with a peer's death during the census: its survivors (busy resetting) were named too.

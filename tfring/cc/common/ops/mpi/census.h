@@ -23,15 +23,21 @@ void AnswerPings();
 std::vector<int> Census(const MpiContext& ctx);
 // "rank 2 (host h1)", "ranks 1 (host a), 3 (host b)": in tfring's global numbering.
 std::string Describe(const MpiContext& ctx, const std::vector<int>& ranks);
-// Elastic (ULFM): the lowest answering rank on each silent rank's host SIGKILLs it; MPI then reports it failed.
-// A silent rank with no live rank on its host (its whole machine silent, or it ran alone there) is ended by the
-// launcher instead: the lowest answering rank calls the end hook (set by the elastic Python side, which asks the
-// launcher over its channel). Without a hook it is not ended, and the wait fails at the end of its grace.
+// Elastic (ULFM): the job goes on without the silent ranks. With the elastic launcher's hook (set by the Python
+// side), every answering rank first asks the launcher, the arbiter between the sides of a cut link, to go on; a
+// rank refused, or that cannot reach it, is the one cut off and ends itself (SIGKILL). Otherwise the lowest
+// answering rank on each silent rank's host SIGKILLs it, the lowest answering rank asks the launcher to end those
+// with no live rank on their host (a whole machine silent, or a rank alone there; the hook does), and each rank
+// declares them failed to MPI (declare_failed.h: a cut-off process never dies where MPI can see it). Without a
+// hook only the same-host kills happen, and a wait on an unended rank fails at the end of its grace.
 void EndSilent(const MpiContext& ctx, const std::vector<int>& silent);
-// hook(rank in tfring's global set, its host as the launcher names it, its pid), called on a thread of its own.
-// Null: none.
-typedef void (*EndSilentHook)(int rank, const char* host, int pid);
-void SetEndSilentHook(EndSilentHook hook);
+// hook(this rank, its host, its pid, n, the silent ranks, their hosts, their pids, whether each has no live rank
+// on its host, whether this rank is the one to ask for those to be ended): ranks in tfring's global set, hosts as
+// the launcher names them. Returns 1: go on; 0: this rank must end; -1: no launcher to ask. Called on a thread
+// of its own. Null: none.
+typedef int (*SilentHook)(int rank, const char* host, int pid, int n, const int* ranks, const char* const* hosts,
+                          const int* pids, const int* alone, int ask);
+void SetSilentHook(SilentHook hook);
 
 // One wait's deadlines (the stall settings): from the warning time on, a census at every warning interval names
 // the silent ranks (a warning); the last census before the shutdown time decides. Outside elastic mode the wait
