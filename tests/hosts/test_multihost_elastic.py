@@ -1,6 +1,7 @@
 """Elastic jobs across emulated hosts (network namespaces, tests/hosts/): a host added by the discovery script
 gets new ranks (MPI_Comm_spawn onto a host outside mpirun's allocation) and the committed state; when a host's
-link is cut the ranks on the launcher's side go on in place at the stall deadline and the cut-off rank ends. Needs root and `ip netns`; skipped with the reason otherwise."""
+link is cut the ranks on the launcher's side go on in place at the stall deadline and the cut-off rank ends.
+Needs root and `ip netns`; skipped with the reason otherwise."""
 import glob
 import json
 import os

@@ -5,7 +5,6 @@ reaches it late) ends itself instead of going on as a second job. The lowest ans
 silent ranks no live rank shares a host with (a rank on the same host SIGKILLs its silent neighbour itself); the
 launcher checks the process is this job's and kills it. Each rank then declares them failed to MPI and the
 survivors recover as after a kill (docs/elastic.md)."""
-import os
 import sys
 import threading
 

@@ -1,8 +1,9 @@
-"""The one elastic driver's books and the ranks' channel (`/hosts /reset /log /exit /end /silent`, tfring.common.elastic.protocol),
-for every launcher: tfringrun (slots from discovery: discovered.DiscoveredHosts) and the Spark/Ray elastic jobs (slots
-from the scheduler's registrations: tfring.runner.slots.registered.RegisteredSlots). The book counts resets, caps
-growth at --max-np, records the ranks' exits and answers the ranks alike; its source says which slots are free, where
-the ranks are and what a process spawned on a host must be told, so the rank side has one code path."""
+"""The one elastic driver's books and the ranks' channel (tfring.common.elastic.protocol: `/hosts /reset /log /exit
+/end /silent`) for every launcher: tfringrun (slots from discovery: discovered.DiscoveredHosts) and the Spark/Ray
+elastic jobs (slots from the scheduler's registrations: tfring.runner.slots.registered.RegisteredSlots). The book
+counts resets, caps growth at --max-np, records the ranks' exits, arbitrates which ranks go on when some stop
+responding, and answers the ranks alike; its source says which slots are free, where the ranks are and what a
+process spawned on a host must be told, so the rank side has one code path."""
 import sys
 import time
 
