@@ -347,6 +347,26 @@ def test_sigterm_stops_every_rank_even_one_that_traps_it(tmp_path):
     assert left == [], "orphan processes: %s" % left
 
 
+def test_killing_a_session_takes_the_sessions_its_processes_started():
+    # tfringrun starts mpirun in a session of its own: a harness killing a hung tfringrun's session must take
+    # mpirun and its ranks too, or they run on orphaned and slow whatever runs next.
+    from tfring.runner.processes import alive, kill_session
+    outer = subprocess.Popen([sys.executable, "-c", """
+import subprocess, sys, time
+inner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+print(inner.pid, flush=True)
+time.sleep(600)
+"""], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    inner = int(outer.stdout.readline())
+    assert os.getsid(inner) == inner != outer.pid
+    kill_session(outer.pid)
+    assert outer.wait(timeout=10) == -signal.SIGKILL
+    deadline = time.time() + 10
+    while alive(inner) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not alive(inner), "the inner session's process survived"
+
+
 def test_sigterm_escalates_to_sigkill_when_mpirun_ignores_it(tmp_path):
     """mpirun waiting on a stuck ssh ignores SIGTERM: tfringrun SIGKILLs it and its ssh 5 s later."""
     fake = tmp_path / "bin"

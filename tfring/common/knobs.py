@@ -96,6 +96,22 @@ def value(name, environ=None):
     return default, None
 
 
+def stall_shutdown_seconds(environ=None):
+    """The deadline the core gives a stalled wait, TFRING_STALL_SHUTDOWN_TIME_SECONDS (0 when it waits forever:
+    the value is 0, or TFRING_STALL_CHECK_DISABLE is on).
+
+    Raises:
+        ValueError: a value that is not a number, naming its variable.
+    """
+    raw, var = value("TFRING_STALL_SHUTDOWN_TIME_SECONDS", environ)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError("%s=%r: expected seconds" % (var or "TFRING_STALL_SHUTDOWN_TIME_SECONDS", raw)) from None
+    off = value("TFRING_STALL_CHECK_DISABLE", environ)[0].strip().lower() in ("1", "true", "yes", "on")
+    return 0.0 if off else max(seconds, 0.0)
+
+
 def launcher_knobs():
     """The rows tfringrun has a flag for, in the core's order."""
     return [k for k in table() if k.flag]

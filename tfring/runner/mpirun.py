@@ -329,13 +329,11 @@ def plan_elastic(args, hosts, np_, address, secret, environ=None, extra_env=None
 
 def survives_cut_links(environ):
     """Whether an elastic job with this environment goes on in place after a cut link (IN_PLACE_DEADLINE)."""
-    value, var = knobs.value("TFRING_STALL_SHUTDOWN_TIME_SECONDS", environ)
     try:
-        seconds = float(value)
-    except ValueError:
-        raise UsageError("%s=%r: expected seconds" % (var, value)) from None
-    disabled = knobs.value("TFRING_STALL_CHECK_DISABLE", environ)[0].strip().lower() in ("1", "true", "yes", "on")
-    return not disabled and 0 < seconds <= IN_PLACE_DEADLINE
+        seconds = knobs.stall_shutdown_seconds(environ)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return 0 < seconds <= IN_PLACE_DEADLINE
 
 
 def ulfm_args(cmd):

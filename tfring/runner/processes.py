@@ -108,16 +108,31 @@ def descendants(pid):
 
 
 def kill_session(sid):
-    """SIGKILLs every process of session `sid` (mpirun's: it starts one), whatever process groups they made: the
-    ranks of an mpirun that died would otherwise run on, orphaned, holding the output pipes (Linux /proc).
+    """SIGKILLs every process of session `sid` (mpirun's: it starts one), whatever process groups they made, and
+    every process below one of them, whatever sessions those made (tfringrun starts mpirun in a session of its own:
+    killing a hung tfringrun's session must take its mpirun and ranks too). The ranks of an mpirun that died would
+    otherwise run on, orphaned, holding the output pipes (Linux /proc).
 
     Args:
         sid: the session id (mpirun's pid).
     """
-    for pid in [int(e) for e in os.listdir("/proc") if e.isdigit()] if os.path.isdir("/proc") else []:
+    pids = [int(e) for e in os.listdir("/proc") if e.isdigit()] if os.path.isdir("/proc") else []
+    doomed = set()
+    for pid in pids:
         try:
             if os.getsid(pid) == sid:
-                os.kill(pid, signal.SIGKILL)
+                doomed.add(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    parents = {pid: parent(pid) for pid in pids}
+    below = {pid for pid, ppid in parents.items() if ppid in doomed} - doomed
+    while below:
+        doomed |= below
+        below = {pid for pid, ppid in parents.items() if ppid in below} - doomed
+    doomed -= {1, os.getpid()}
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 

@@ -4,6 +4,7 @@ exit report. `tfring.common.basics.init` reads it; `tfring.common.elastic.world`
 import atexit
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -150,6 +151,8 @@ def _at_exit():
             except Exception as e:  # noqa: BLE001 - the launcher gone or unreachable: mpirun's status stands
                 sys.stderr.write("tfring.elastic: could not report this rank's exit: %s\n" % e)
     finally:
+        if not failed:
+            _finalize_deadline()
         if failed:
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -157,3 +160,20 @@ def _at_exit():
                 except (OSError, ValueError):
                     pass
             os._exit(code)
+
+
+FINALIZE_MIN_SECONDS = 10
+
+
+def _finalize_deadline():
+    """MPI_Finalize (mpi4py's, after the exit handlers) can wait forever for a peer that stopped without dying (seen:
+    two ranks spinning 35 min in its ULFM agreement with a SIGSTOPped peer). This rank's status is reported by
+    then: SIGALRM's default action ends the process if it has not exited within the stall shutdown time (at least
+    FINALIZE_MIN_SECONDS); no deadline when the stall inspector is off."""
+    try:
+        seconds = knobs.stall_shutdown_seconds()
+        if seconds > 0 and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(max(FINALIZE_MIN_SECONDS, int(seconds + 0.999)))
+    except (ValueError, OSError):
+        pass  # a malformed value was reported at init; no deadline then

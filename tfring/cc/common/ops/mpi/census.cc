@@ -122,7 +122,7 @@ void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
     if (answering(r)) lowest = r;
   auto world = [&](int r) { return r < static_cast<int>(ctx.world_rank.size()) ? ctx.world_rank[r] : r; };
   // Everything the deciding thread needs is copied: the runtime (ctx) may be rebuilt before it ends.
-  std::vector<int> ranks, pids, alone, mine;  // mine: the pids this rank SIGKILLs
+  std::vector<int> ranks, pids, alone, mine;  // mine: which of them this rank SIGKILLs
   std::vector<std::string> hosts;
   std::vector<int> known;
   for (int s : silent) {
@@ -135,7 +135,7 @@ void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
     hosts.push_back(ctx.host_name[s]);
     pids.push_back(ctx.pid[s]);
     alone.push_back(ender < 0);
-    if (ender == ctx.rank) mine.push_back(ctx.pid[s]);
+    if (ender == ctx.rank) mine.push_back(static_cast<int>(ranks.size()) - 1);
   }
   const std::string said = Describe(ctx, known);
   const SilentHook hook = g_silent_hook;
@@ -156,21 +156,22 @@ void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
                                                                     << "launcher did not confirm): ending itself");
       kill(getpid(), SIGKILL);
     }
-    for (int pid : mine) {
-      TFR_LOG(TFR_WARNING, "ending pid " << pid << " (" << said << "): it stopped responding; the elastic job "
-                                         << "goes on without it");
-      kill(pid, SIGKILL);
+    for (int i : mine) {
+      TFR_LOG(TFR_WARNING, "ending rank " << ranks[i] << " (host " << hosts[i] << "), pid " << pids[i]
+                                          << ": it stopped responding; the elastic job goes on without it");
+      kill(pids[i], SIGKILL);
     }
     if (verdict == 1) {
       const bool declared = DeclareFailed(names);
       TFR_LOG(TFR_WARNING, (declared ? "declared " : "could not declare ") << said << " failed to MPI");
     }
-    if (verdict < 0 && ask)
+    if (ask)
       for (size_t i = 0; i < alone.size(); ++i)
         if (alone[i])
           TFR_LOG(TFR_WARNING, "rank " << ranks[i] << " (host " << hosts[i] << "), pid " << pids[i]
-                                       << " stopped responding and no live rank shares its host: nothing here can "
-                                       << "end it (no elastic launcher)");
+                                       << " stopped responding and no live rank shares its host: "
+                                       << (verdict == 1 ? "asking the launcher to end it"
+                                                        : "nothing here can end it (no elastic launcher)"));
   };
   // On a thread of its own: a Python hook needs the GIL, which this waiting thread must never wait for.
   if (hook)
