@@ -47,6 +47,9 @@ def test_both_books_take_what_the_ranks_send():
         book.exits.start(protocol.start_request(0, 1, launch=2))
         book.exits.record(protocol.exit_request(0, 1, 0))  # (unnumbered: a process spawned without the number)
         assert book.exits.started() and book.exits.finished_size() == 1
+        book.exits.record(protocol.exit_request(1, 2, 0))
+        book.exits.record(protocol.exit_request(0, 2, 3))  # a failure: complete, not finished
+        assert book.exits.complete_size() == 2 and book.exits.finished_size() is None
 
 
 @pytest.mark.parametrize("path,payload,match", [

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -85,6 +86,18 @@ def test_frozen_rank_alone_on_its_host_is_ended_through_the_launcher(hosts, tmp_
     assert min(resets) - frozen["t"] <= 5 + 5  # the stall deadline + 5 s (#45)
 
 
+def _ended_at(pid):
+    """When process `pid` ended (a zombie counts as ended)."""
+    while True:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                if f.read().rsplit(") ", 1)[-1].startswith("Z"):
+                    return time.time()
+        except OSError:
+            return time.time()
+        time.sleep(0.05)
+
+
 def test_cut_link_the_survivors_go_on_in_place_at_the_stall_deadline(hosts, tmp_path):  # noqa: F811
     # h2's link goes down mid-training: its rank is alive but silent. At the deadline the launcher (on h1) confirms
     # the survivors, they declare it failed to MPI and shrink; the cut-off rank cannot reach the launcher and ends.
@@ -95,14 +108,24 @@ def test_cut_link_the_survivors_go_on_in_place_at_the_stall_deadline(hosts, tmp_
     deadline = time.time() + 120
     while time.time() < deadline and not any(rows and rows[-1]["step"] >= 5 for rows in results(tmp_path)[1].values()):
         time.sleep(0.1)
+    cut_off = [int(f.split(".")[-2]) for f, rows in results(tmp_path)[1].items() if rows[0]["rank"] == 2]
+    assert len(cut_off) == 1, results(tmp_path)[1]
+    ended = []
+    threading.Thread(target=lambda: ended.append(_ended_at(cut_off[0])), daemon=True).start()
     cut = time.time()
     _nh("link", "h2", "down")
     try:
         rc, out = finish(proc)
     finally:
         _nh("link", "h2", "up", check=False)
+    done = time.time()
     assert rc == 0, out[-5000:]
-    assert "rank 2 (host h2" in out and "stopped responding: the others go on without it" in out, out[-5000:]
+    # The cut-off rank could not reach the launcher and ended itself, well before tfringrun ended the mpirun that
+    # still waited for h2's daemon (10 s after the last exit report).
+    assert ended and ended[0] - cut < 15 and ended[0] < done - 8, (ended, cut, done)
+    lone = "rank 2 (host h2, pid %d) stopped responding" % cut_off[0]
+    assert lone + " and no live rank shares its host: could not reach h2" in out, out[-5000:]  # nor can ssh
+    assert lone + ": the others go on without it" in out, out[-5000:]
     assert "declared rank 2 (host h2) failed to MPI" in out, out[-5000:]
     assert "tfring.elastic: reset (failure): 3 -> 2 ranks" in out, out[-5000:]
     assert "starting the job again" not in out, out[-5000:]  # in place: PRRTE never noticed the lost daemon
@@ -115,4 +138,5 @@ def test_cut_link_the_survivors_go_on_in_place_at_the_stall_deadline(hosts, tmp_
     assert len(survivors) == 2 and all(rows[-1]["size"] == 2 for rows in survivors), steps
     after = min(r["t"] for rows in survivors for r in rows if r["size"] == 2)
     assert after - cut <= 5 + 5, after - cut  # the stall deadline + 5 s (#45)
-    print("link cut to the survivors' first step at np=2: %.1f s" % (after - cut))
+    print("link cut to the survivors' first step at np=2: %.1f s; the cut-off rank ended after %.1f s, %.1f s "
+          "before the job" % (after - cut, ended[0] - cut, done - ended[0]))

@@ -105,6 +105,8 @@ def stall_shutdown_seconds(environ=None):
     """
     raw, var = value("TFRING_STALL_SHUTDOWN_TIME_SECONDS", environ)
     try:
+        if raw != raw.strip():
+            raise ValueError(raw)  # the core takes none either
         seconds = float(raw)
     except ValueError:
         raise ValueError("%s=%r: expected seconds" % (var or "TFRING_STALL_SHUTDOWN_TIME_SECONDS", raw)) from None

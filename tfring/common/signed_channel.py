@@ -32,6 +32,10 @@ class ProtocolError(RuntimeError):
     """The driver could not be reached, refused the request, or sent an unsigned or malformed reply."""
 
 
+class Unreachable(ProtocolError):
+    """No answer within the deadline (connection refused, reset or timed out): nothing reached the caller."""
+
+
 class BadRequest(ValueError):
     """Raised by a handler for a payload it cannot use (wrong keys or types): the client gets a 400."""
 
@@ -242,8 +246,8 @@ class DriverClient:
             reply = b"".join(chunks)
             signature = response.getheader(SIGNATURE_HEADER)
         except (OSError, http.client.HTTPException) as e:
-            raise ProtocolError("%s: no answer: %s (deadline %g s)" % (where, str(e) or type(e).__name__,
-                                                                      self.timeout)) from None
+            raise Unreachable("%s: no answer: %s (deadline %g s)" % (where, str(e) or type(e).__name__,
+                                                                    self.timeout)) from None
         finally:
             conn.close()
         if len(reply) > self.max_body:

@@ -321,8 +321,8 @@ def plan_elastic(args, hosts, np_, address, secret, environ=None, extra_env=None
     args.start_deadline, args.num_ranks = sub.start_deadline, sub.num_ranks
     # Slots are the driver's books: MPI_Comm_spawn must not be refused for a host PRRTE thinks is full.
     extra = [] if "--oversubscribe" in cmd else ["--oversubscribe"]
-    if survives_cut_links(env) and KEEPALIVE[1] in cmd:
-        at = cmd.index(KEEPALIVE[1]) - 1
+    at = next((i for i in range(len(cmd)) if cmd[i:i + len(KEEPALIVE)] == KEEPALIVE), None)
+    if at is not None and survives_cut_links(env):
         cmd = cmd[:at] + cmd[at + len(KEEPALIVE):]
     return cmd[:1] + ulfm_args(cmd) + extra + cmd[1:], env
 

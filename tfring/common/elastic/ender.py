@@ -10,9 +10,10 @@ import threading
 
 from tfring.common import library
 from tfring.common.elastic import membership, protocol
+from tfring.common.signed_channel import Unreachable
 
 _hook = []  # the ctypes callback, kept alive as long as the core may call it
-SILENT_TIMEOUT = 10.0  # seconds the launcher has to answer: a rank cut off from it ends when they pass
+SILENT_TIMEOUT = 5.0  # seconds the launcher has to answer (within the core's 10 s grace): a rank cut off ends
 
 
 def _say(message):
@@ -40,14 +41,17 @@ def _decide(rank, host, pid, n, ranks, hosts, pids, alone, ask):
     silent = [(ranks[i], hosts[i].decode("utf-8", "replace"), pids[i]) for i in range(n)]
     me = (rank, host.decode("utf-8", "replace"), pid)
     client = membership.client()
-    if client is None:
+    if client is None or len(silent) > protocol.MAX_SILENT:
         return -1
     client.timeout = SILENT_TIMEOUT
     try:
         reply = client.call(protocol.SILENT, protocol.silent_request(me, silent))
-    except Exception as e:  # noqa: BLE001 - this rank cannot reach the launcher: it is the one cut off
+    except Unreachable as e:  # this rank cannot reach the launcher: it is the one cut off
         _say("rank %d cannot reach the launcher (%s) while the ranks it waits for are silent: ending" % (rank, e))
         return 0
+    except Exception as e:  # noqa: BLE001 - an answer, but not a verdict (an older launcher, a refused request)
+        _say("rank %d: the launcher did not decide about the silent ranks (%s)" % (rank, e))
+        return -1
     if not reply.get("ok"):
         _say("rank %d must not go on: %s" % (rank, reply.get("message", "")))
         return 0

@@ -140,6 +140,7 @@ def _at_exit():
     `--with-ft ulfm` a process that exits without it still counts as a success (measured). The status is the
     script's: 1 after an uncaught exception, sys.exit()'s code, else 0."""
     code = _exit_code[-1] if _exit_code else (1 if getattr(sys, "last_value", None) is not None else 0)
+    reported = []
     try:
         core = library.loaded()
         if core is not None:
@@ -148,10 +149,11 @@ def _at_exit():
         if signed is not None and _base is not None:
             try:
                 signed.call(protocol.EXIT, protocol.exit_request(_base.rank, _base.size, code, _launch()))
+                reported.append(True)
             except Exception as e:  # noqa: BLE001 - the launcher gone or unreachable: mpirun's status stands
                 sys.stderr.write("tfring.elastic: could not report this rank's exit: %s\n" % e)
     finally:
-        if not failed:
+        if reported and not failed:
             _finalize_deadline()
         if failed:
             for stream in (sys.stdout, sys.stderr):
@@ -168,12 +170,13 @@ FINALIZE_MIN_SECONDS = 10
 def _finalize_deadline():
     """MPI_Finalize (mpi4py's, after the exit handlers) can wait forever for a peer that stopped without dying (seen:
     two ranks spinning 35 min in its ULFM agreement with a SIGSTOPped peer). This rank's status is reported by
-    then: SIGALRM's default action ends the process if it has not exited within the stall shutdown time (at least
-    FINALIZE_MIN_SECONDS); no deadline when the stall inspector is off."""
+    then (armed only after the launcher took the report): SIGALRM's default action ends the process if it has not
+    exited within the stall shutdown time (at least FINALIZE_MIN_SECONDS); no deadline with the stall inspector
+    off."""
     try:
         seconds = knobs.stall_shutdown_seconds()
         if seconds > 0 and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
             signal.alarm(max(FINALIZE_MIN_SECONDS, int(seconds + 0.999)))
-    except (ValueError, OSError):
+    except (ValueError, OSError, OverflowError):
         pass  # a malformed value was reported at init; no deadline then

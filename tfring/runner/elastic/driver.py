@@ -88,7 +88,7 @@ def _launch_until_done(args, book, listeners, secret, state_dir, environ, stderr
                          timestamp_output=bool(args.prefix_output_with_timestamp),
                          timestamp_logs=bool(args.log_with_timestamp), start_timeout=args.start_deadline,
                          num_ranks=args.num_ranks, report=report, finished=functools.partial(_finished, book.exits),
-                         done=lambda: book.exits.finished_size() is not None)
+                         done=lambda: book.exits.complete_size() is not None)
         lost = report.get("lost_host")
         # Every rank gone without a failure of its own (killed together, or crashed inside Open MPI: a SIGSEGV in
         # ULFM's shrink) after a commit of this launch: mpirun exits non-zero, or 0 when none reported at all (under

@@ -35,6 +35,8 @@ def end_rank(host, pid, state_dir, known_hosts, ssh=()):
                               text=True, timeout=TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, "could not reach %s: %s" % (host, e)
+    if proc.returncode == 255 and not local:  # ssh's own failure (cut link, host down), not the script's
+        return False, "could not reach %s over ssh: %s" % (host, " ".join(proc.stdout.split())[:200])
     if proc.returncode != 0:
         return False, "not ended: no process %d of this job on %s (exit %d) %s" % (
             pid, host, proc.returncode, " ".join(proc.stdout.split())[:200])

@@ -85,6 +85,13 @@ class ExitLedger:
         with self._lock:
             return any(code != 0 for code in self._reports.values())
 
+    def complete_size(self):
+        """The size of a world whose every rank reported its exit, whatever the codes (None: none yet)."""
+        with self._lock:
+            sizes = {s for s, _ in self._reports}
+            return next((n for n in sorted(sizes, reverse=True)
+                         if all((n, r) in self._reports for r in range(n))), None)
+
     def finished_size(self):
         """The size of the world whose every rank reported status 0, if no report was a failure.
 

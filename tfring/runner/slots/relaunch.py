@@ -65,6 +65,7 @@ class Relaunching:
                 self._cond.notify_all()
                 return None
             self._launches += 1
+            self.book.declared.clear()  # new processes: a pid declared silent before may come back
             self._relaunch, self._requests_at_launch = None, self.book.host_requests
             self._results.clear()  # a call in flight starts again on the new ranks
             self._asked.clear()

@@ -144,6 +144,11 @@ void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
   const bool ask = lowest == ctx.rank;
   std::vector<MpiProcessName> names = hook ? ProcessNames(ctx.comm, known) : std::vector<MpiProcessName>();
   auto decide = [=] {
+    for (int i : mine) {
+      TFR_LOG(TFR_WARNING, "ending rank " << ranks[i] << " (host " << hosts[i] << "), pid " << pids[i]
+                                          << ": it stopped responding; the elastic job goes on without it");
+      kill(pids[i], SIGKILL);
+    }
     int verdict = -1;
     if (hook) {
       std::vector<const char*> host_ptrs;
@@ -156,11 +161,6 @@ void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
                                                                     << "launcher did not confirm): ending itself");
       kill(getpid(), SIGKILL);
     }
-    for (int i : mine) {
-      TFR_LOG(TFR_WARNING, "ending rank " << ranks[i] << " (host " << hosts[i] << "), pid " << pids[i]
-                                          << ": it stopped responding; the elastic job goes on without it");
-      kill(pids[i], SIGKILL);
-    }
     if (verdict == 1) {
       const bool declared = DeclareFailed(names);
       TFR_LOG(TFR_WARNING, (declared ? "declared " : "could not declare ") << said << " failed to MPI");
@@ -171,7 +171,7 @@ void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
           TFR_LOG(TFR_WARNING, "rank " << ranks[i] << " (host " << hosts[i] << "), pid " << pids[i]
                                        << " stopped responding and no live rank shares its host: "
                                        << (verdict == 1 ? "asking the launcher to end it"
-                                                        : "nothing here can end it (no elastic launcher)"));
+                                                        : "nothing here can end it (no launcher decided)"));
   };
   // On a thread of its own: a Python hook needs the GIL, which this waiting thread must never wait for.
   if (hook)

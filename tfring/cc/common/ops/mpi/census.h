@@ -23,13 +23,13 @@ void AnswerPings();
 std::vector<int> Census(const MpiContext& ctx);
 // "rank 2 (host h1)", "ranks 1 (host a), 3 (host b)": in tfring's global numbering.
 std::string Describe(const MpiContext& ctx, const std::vector<int>& ranks);
-// Elastic (ULFM): the job goes on without the silent ranks. With the elastic launcher's hook (set by the Python
-// side), every answering rank first asks the launcher, the arbiter between the sides of a cut link, to go on; a
-// rank refused, or that cannot reach it, is the one cut off and ends itself (SIGKILL). Otherwise the lowest
-// answering rank on each silent rank's host SIGKILLs it, the lowest answering rank asks the launcher to end those
-// with no live rank on their host (a whole machine silent, or a rank alone there; the hook does), and each rank
-// declares them failed to MPI (declare_failed.h: a cut-off process never dies where MPI can see it). Without a
-// hook only the same-host kills happen, and a wait on an unended rank fails at the end of its grace.
+// Elastic (ULFM): the job goes on without the silent ranks. The lowest answering rank on each silent rank's host
+// SIGKILLs it (a silent neighbour is frozen, never cut off). With the elastic launcher's hook (set by the Python
+// side), every answering rank then asks the launcher, the arbiter between the sides of a cut link, to go on: a rank
+// refused, or that cannot reach it, is the one cut off and ends itself (SIGKILL); the others declare the silent
+// ranks failed to MPI (declare_failed.h: a cut-off process never dies where MPI can see it), and the lowest
+// answering rank asks the launcher to end those with no live rank on their host. Without a hook only the
+// same-host kills happen, and a wait on an unended rank fails at the end of its grace.
 void EndSilent(const MpiContext& ctx, const std::vector<int>& silent);
 // hook(this rank, its host, its pid, n, the silent ranks, their hosts, their pids, whether each has no live rank
 // on its host, whether this rank is the one to ask for those to be ended): ranks in tfring's global set, hosts as

@@ -43,11 +43,12 @@ bool DeclareFailed(const std::vector<MpiProcessName>& names) {
   static const ProcForNameFn proc_for = Find<ProcForNameFn>("ompi_proc_for_name");
   static const ProcFailedFn failed = Find<ProcFailedFn>("ompi_errhandler_proc_failed_internal");
   if (!proc_for || !failed) return false;
-  for (const MpiProcessName& name : names) {
+  bool all = true;
+  for (const MpiProcessName& name : names) {  // each one, whatever became of the one before
     void* proc = proc_for(name);
-    if (!proc || failed(proc, MPIX_ERR_PROC_FAILED, false) != 0) return false;
+    all = proc && failed(proc, MPIX_ERR_PROC_FAILED, false) == 0 && all;
   }
-  return true;
+  return all;
 #else
   (void)names;
   return false;
