@@ -103,13 +103,14 @@ def stall_shutdown_seconds(environ=None):
     Raises:
         ValueError: a value that is not a number, naming its variable.
     """
-    raw, var = value("TFRING_STALL_SHUTDOWN_TIME_SECONDS", environ)
+    name = "TFRING_STALL_SHUTDOWN_TIME_SECONDS"
+    raw, var = value(name, environ)
     try:
         if raw != raw.strip():
             raise ValueError(raw)  # the core takes none either
         seconds = float(raw)
     except ValueError:
-        raise ValueError("%s=%r: expected seconds" % (var or "TFRING_STALL_SHUTDOWN_TIME_SECONDS", raw)) from None
+        raise ValueError("%s=%r: expected seconds" % (var or name, raw)) from None
     off = value("TFRING_STALL_CHECK_DISABLE", environ)[0].strip().lower() in ("1", "true", "yes", "on")
     return 0.0 if off else max(seconds, 0.0)
 

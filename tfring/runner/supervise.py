@@ -16,7 +16,7 @@ from tfring.runner.stale_sessions import remove_stale
 # Open MPI 5's launcher occasionally fails this way at start-up (seen about once in a few hundred launches on a
 # loaded 2-core machine, not reproducible on demand); no rank has run, so starting again is safe.
 TRANSIENT_START_FAILURE = "The PMIx server's listener thread failed to start"
-FINISHED_GRACE = 10  # seconds mpirun has to end after every rank reported its exit (elastic jobs)
+FINISHED_GRACE = 5  # seconds mpirun has to end after every rank reported its exit (elastic jobs)
 
 
 def failed_to_start(rc, relay):
