@@ -347,6 +347,26 @@ def test_sigterm_stops_every_rank_even_one_that_traps_it(tmp_path):
     assert left == [], "orphan processes: %s" % left
 
 
+def test_an_mpirun_lingering_after_every_rank_reported_is_ended_as_a_failure_not_a_crash(monkeypatch):
+    # An elastic job's mpirun can wait forever for a daemon behind a cut link after the ranks are done: tfringrun
+    # ends it FINISHED_GRACE s after the last exit report, and the code it returns is not "died of a signal" (the
+    # elastic driver restarts a job whose mpirun crashed).
+    import io
+    from tfring.runner import supervise
+    monkeypatch.setattr(supervise, "FINISHED_GRACE", 1)
+    reported = []
+    launcher = supervise.Mpirun([sys.executable, "-c", "import time; time.sleep(600)"], dict(os.environ), Relay(),
+                                0, 0)
+    threading.Timer(0.5, reported.append, args=(True,)).start()
+    err = io.StringIO()
+    start = time.time()
+    rc = launcher.wait(io.StringIO(), err, done=lambda: bool(reported))
+    assert rc == 128 + signal.SIGTERM and launcher.ended, rc
+    assert 1.5 < time.time() - start < 10
+    assert "every rank reported its exit %d s ago, but mpirun has not ended: ending it" % supervise.FINISHED_GRACE \
+        in err.getvalue()
+
+
 def test_killing_a_session_takes_the_sessions_its_processes_started():
     # tfringrun starts mpirun in a session of its own: a harness killing a hung tfringrun's session must take
     # mpirun and its ranks too, or they run on orphaned and slow whatever runs next.

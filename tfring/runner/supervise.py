@@ -31,6 +31,7 @@ class Mpirun:
 
     def __init__(self, cmd, env, relay, start_timeout, num_ranks, preexec_fn=None):
         self.relay, self.late = relay, []
+        self.ended = False  # by wait(), after every rank reported its exit
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env,
                                      start_new_session=True, preexec_fn=preexec_fn)
         if start_timeout:
@@ -81,9 +82,10 @@ class Mpirun:
                     stderr.write("tfringrun: every rank reported its exit %d s ago, but mpirun has not ended: ending "
                                  "it\n" % FINISHED_GRACE)
                     self.kill()
-                    done, finished_at = None, None
+                    done, finished_at, self.ended = None, None, True
         if rc < 0:  # mpirun itself died of a signal (not ours: that gives 128 + n): take the ranks it left behind
             kill_session(self.proc.pid)
+            rc = 128 - rc if self.ended else rc  # ended here, not a crash: no restart for it
         for t in threads:
             t.join(timeout=5)
         self.relay.close()

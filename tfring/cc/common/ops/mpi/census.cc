@@ -142,7 +142,9 @@ void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
   const int me = world(ctx.rank), my_pid = getpid();
   const std::string my_host = ctx.rank < static_cast<int>(ctx.host_name.size()) ? ctx.host_name[ctx.rank] : "";
   const bool ask = lowest == ctx.rank;
-  std::vector<MpiProcessName> names = hook ? ProcessNames(ctx.comm, known) : std::vector<MpiProcessName>();
+  // Declaring runs beside the thread blocked in MPI: only where MPI allows calls from several threads at once.
+  const bool can_declare = hook && ctx.thread_level == MPI_THREAD_MULTIPLE;
+  std::vector<MpiProcessName> names = can_declare ? ProcessNames(ctx.comm, known) : std::vector<MpiProcessName>();
   auto decide = [=] {
     for (int i : mine) {
       TFR_LOG(TFR_WARNING, "ending rank " << ranks[i] << " (host " << hosts[i] << "), pid " << pids[i]
@@ -162,7 +164,7 @@ void EndSilent(const MpiContext& ctx, const std::vector<int>& silent) {
       kill(getpid(), SIGKILL);
     }
     if (verdict == 1) {
-      const bool declared = DeclareFailed(names);
+      const bool declared = !names.empty() && DeclareFailed(names);
       TFR_LOG(TFR_WARNING, (declared ? "declared " : "could not declare ") << said << " failed to MPI");
     }
     if (ask)
