@@ -13,6 +13,7 @@ import time
 import pytest
 
 from conftest import ROOT, rank_env
+from tfring.runner.processes import alive
 from test_keras_elastic import assert_same_weights, discovery_script, finish, results
 from test_multihost import NETNS_ENV, NH, _nh, hosts  # noqa: F401  (the module's emulated hosts fixture)
 
@@ -88,14 +89,9 @@ def test_frozen_rank_alone_on_its_host_is_ended_through_the_launcher(hosts, tmp_
 
 def _ended_at(pid):
     """When process `pid` ended (a zombie counts as ended)."""
-    while True:
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                if f.read().rsplit(") ", 1)[-1].startswith("Z"):
-                    return time.time()
-        except OSError:
-            return time.time()
+    while alive(pid):
         time.sleep(0.05)
+    return time.time()
 
 
 def test_cut_link_the_survivors_go_on_in_place_at_the_stall_deadline(hosts, tmp_path):  # noqa: F811

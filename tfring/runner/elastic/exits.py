@@ -85,12 +85,14 @@ class ExitLedger:
         with self._lock:
             return any(code != 0 for code in self._reports.values())
 
+    def _complete_locked(self):
+        sizes = {s for s, _ in self._reports}
+        return next((n for n in sorted(sizes, reverse=True) if all((n, r) in self._reports for r in range(n))), None)
+
     def complete_size(self):
         """The size of a world whose every rank reported its exit, whatever the codes (None: none yet)."""
         with self._lock:
-            sizes = {s for s, _ in self._reports}
-            return next((n for n in sorted(sizes, reverse=True)
-                         if all((n, r) in self._reports for r in range(n))), None)
+            return self._complete_locked()
 
     def finished_size(self):
         """The size of the world whose every rank reported status 0, if no report was a failure.
@@ -99,9 +101,4 @@ class ExitLedger:
             int or None: n when ranks 0..n-1 of a world of n reported 0 and no rank reported non-zero, else None.
         """
         with self._lock:
-            if any(code != 0 for code in self._reports.values()):
-                return None
-            for size in sorted({s for s, _ in self._reports}, reverse=True):
-                if all((size, r) in self._reports for r in range(size)):
-                    return size
-            return None
+            return None if any(code != 0 for code in self._reports.values()) else self._complete_locked()
