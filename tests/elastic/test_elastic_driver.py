@@ -290,6 +290,21 @@ def test_a_short_stall_deadline_drops_prrtes_keepalive(environ, keepalive):
                      {"TFRING_STALL_SHUTDOWN_TIME_SECONDS": "soon"})
 
 
+@pytest.mark.parametrize("stall,keepalive", [(None, True), ("5", False), ("61", True)])
+def test_a_slot_jobs_mpirun_drops_the_keepalive_alike(stall, keepalive):
+    # Spark's and Ray's elastic jobs (slot 0's launcher): the same rule as tfringrun's.
+    from tfring.runner.slots.launcher import Launcher
+    launcher = object.__new__(Launcher)  # command() only needs the slot's client
+    launcher.client = DriverClient("10.1.2.3:4444", new_secret())
+    env = {k: v for k, v in os.environ.items() if "STALL" not in k}
+    env.update({"TFRING_STALL_SHUTDOWN_TIME_SECONDS": stall} if stall else {})
+    spec = {"np": 2, "hosts": [["localhost", 1, "10.1.2.3:1"], ["h2", 1, "10.1.2.4:1"]], "start_timeout": 30,
+            "env": env, "ulfm": True}
+    cmd, _, _ = launcher.command(spec, new_secret())
+    assert ("oob_tcp_keepalive_time" in cmd) == keepalive and ("oob_tcp_keepalive_probes" in cmd) == keepalive
+    assert "ulfm" in cmd
+
+
 # ---- the driver end to end, with a stand-in for mpirun that talks to it as rank 0 would
 
 def test_driver_end_to_end_with_a_fake_mpirun(tmp_path, monkeypatch, capsys):

@@ -25,6 +25,7 @@ from test_multihost import NH  # noqa: E402
 from test_multihost_slots import SLOT  # noqa: E402
 import test_multihost_slots as slots_test  # noqa: E402
 
+from tfring.runner.processes import alive  # noqa: E402
 from tfring.runner.slots.elastic_job import ElasticSlotJob  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -165,8 +166,8 @@ def _frozen_job(tmp_path):  # stall deadlines 1 s / 3 s
 
 def _freeze_and_train(t, what):
     """Slots 0, 1 on h1 and 2 on h2; once the job trains, SIGSTOPs the rank on h2 (what: "rank") or every process
-    of slot 2 (what: "host": slot, daemon and rank, as a machine that froze); returns the call's results and the
-    freeze time."""
+    of slot 2 (what: "host": slot, daemon and rank, as a machine that froze), or cuts h2's link (what: "cut");
+    returns the call's results and the fault's time."""
     for index, host in ((0, "h1"), (1, "h1"), (2, "h2")):
         t.slot(index, host)
     slots_test._in_netns("h1", lambda: t.job.wait_ready(60))
@@ -180,7 +181,10 @@ def _freeze_and_train(t, what):
         victims = [top] + below if what == "host" else [p for p in below
                                                         if any(a.endswith("rank.py") for a in p.cmdline())]
         frozen["t"] = time.time()
-        for p in victims:
+        if what == "cut":
+            _nh("link", "h2", "down")
+            frozen["rank"] = victims[0].pid  # the rank cut off
+        for p in victims if what != "cut" else ():
             p.send_signal(signal.SIGSTOP)
     threading.Thread(target=freeze, daemon=True).start()
     return t.job.call(_train, args=(str(t.training), 3 if what == "rank" else 2), timeout=240), frozen
@@ -206,22 +210,49 @@ def test_frozen_rank_alone_on_its_host_is_ended_through_its_slot(hosts, tmp_path
         t.close()
 
 
-def test_frozen_host_is_left_out_and_the_job_starts_again_without_it(hosts, tmp_path):
-    # Slot 2 cannot carry out the driver's order either (its whole machine froze): the survivors declare its rank
-    # failed at the deadline and go on; after 5 s the driver holds h2's slots out and starts the job again on h1's
-    # from the last commit.
+def test_frozen_host_is_held_out_and_the_survivors_go_on_in_place(hosts, tmp_path):
+    # Slot 2 cannot carry out the driver's order (its whole machine froze): the survivors declared its rank failed
+    # at the deadline and went on; after 5 s the driver holds h2's slots out, and the job goes on without a restart.
     t = _frozen_job(tmp_path)
     try:
-        res, _ = _freeze_and_train(t, "host")
+        res, frozen = _freeze_and_train(t, "host")
         log = t.log()
-        assert "slot 2 did not answer within 5 s: the job starts again without host h2" in log, log
-        # The survivors went on in place at the deadline (rank 2 declared failed to MPI); the driver still starts the
-        # job again on the live slots (h2's frozen slot looked free until it was held out, or its order timed out).
-        assert "declared rank 2 (host h2) failed to MPI" in log and "reset (failure): 3 -> 2 ranks" in log, log
-        assert "starting the job again" in log, log
-        assert sorted(r["slot"] for r in res) == ["0", "1"] and all(r["size"] == 2 for r in res), log
-        assert len({r["state"] for r in res}) == 1, log
+        _in_place(t, res, log, frozen)
     finally:
         for p in psutil.Process(t.procs[2].pid).children(recursive=True) if t.procs[2:] else []:
             p.kill()  # SIGKILL ends a stopped process too
         t.close()
+
+
+def test_cut_link_the_survivors_go_on_in_place(hosts, tmp_path):
+    # h2's link goes down: its rank and slot are alive but silent. At the deadline the driver (on h1) confirms the
+    # survivors, they declare the rank failed and shrink (PRRTE, without its keepalive, never notices the lost
+    # daemon); the cut-off rank cannot reach the driver and ends itself.
+    t = _frozen_job(tmp_path)
+    try:
+        res, cut = _freeze_and_train(t, "cut")
+        log = t.log()
+        _in_place(t, res, log, cut)
+        while alive(cut["rank"]) and time.time() < cut["t"] + 20:  # it ends itself once /silent is unreachable
+            time.sleep(0.1)
+        assert not alive(cut["rank"]), log
+        print("the cut-off rank ended %.1f s after the cut" % (time.time() - cut["t"]))
+    finally:
+        t.close()
+        _nh("link", "h2", "up")
+
+
+def _in_place(t, res, log, fault):
+    held = "slot 2 did not answer within 5 s: host h2 is held out (the others went on without it)"
+    while held not in t.log() and time.time() < fault["t"] + 20:  # the order's 5 s may end after the training
+        time.sleep(0.1)
+    log = t.log()
+    assert "slot 2 did not answer within 5 s: host h2 is held out (the others went on without it)" in log, log
+    assert "declared rank 2 (host h2) failed to MPI" in log and "reset (failure): 3 -> 2 ranks" in log, log
+    assert "starting the job again" not in log, log
+    assert sorted(r["slot"] for r in res) == ["0", "1"] and all(r["size"] == 2 for r in res), log
+    assert len({r["state"] for r in res}) == 1, log
+    reasons = t.job.book.reasons
+    assert [r[1:] for r in reasons] == [("failure", 2)], reasons  # one shrink, no other reset
+    print("fault to the failure reset: %.1f s" % (reasons[0][0] - fault["t"]))
+    assert reasons[0][0] - fault["t"] <= 3 + 5, reasons  # the stall deadline + 5 s (#45)

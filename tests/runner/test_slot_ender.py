@@ -89,3 +89,45 @@ def test_a_report_of_anything_but_pid_and_outcome_is_ignored():
         ender.heard([[1, True], ["2", True], [3], [4, "yes"], "junk"])
         ender.heard("junk")
     assert ender.results == {1: True}
+
+
+def test_a_declared_rank_whose_slot_does_not_answer_holds_the_machine_out_without_a_restart(monkeypatch):
+    # The survivors declared the rank failed to MPI (/silent) before asking: they went on in place, so a machine
+    # that froze or was cut off is only held out; a rank nobody declared still makes the job start again (above).
+    monkeypatch.setattr(slot_ender, "WAIT", 0.2)
+    relaunched, declared = [], {("tfring-slot-host-2", 4242)}
+    cond, slots, _ = _job(relaunched)
+    ender = SlotEnder(cond, slots, lambda why: relaunched.append(why) or True,
+                      declared=lambda host, pid: (host, pid) in declared)
+    ended, message = ender("tfring-slot-host-2", 4242)
+    assert not ended and message == "slot 1 did not answer within 0.2 s: host tfring-slot-host-2 is held out " \
+                                    "(the others went on without it)"
+    assert relaunched == [] and slots.live() == [0] and slots.slots[1]["dead"] == "silent"
+    assert slots.ending == {}
+
+
+def test_a_machine_is_not_offered_for_growth_while_an_order_to_end_its_rank_is_out(monkeypatch):
+    # Rank 0's commit right after the shrink must not take back the machine whose rank was just declared failed.
+    monkeypatch.setattr(slot_ender, "WAIT", 5)
+    cond, slots, ender = _job([])
+    with cond:  # slot 2 on the same machine still holds a rank; slot 1 (its daemon's) is free
+        slots.register(2, dict(slots.slots[1], address="a2", pid=3, started="s3"))
+        slots.members = {0, 2}
+    offered = []
+
+    def slot():
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with cond:
+                if ender.orders_for(1):
+                    offered.append(slots.offer(float("inf"))[0])  # while the order is out
+                    ender.heard([[4242, False]])
+                    return
+            time.sleep(0.02)
+    thread = threading.Thread(target=slot)
+    thread.start()
+    assert ender("tfring-slot-host-2", 4242) == (False, "not ended: process 4242 is not below slot 1")
+    thread.join(10)
+    assert offered == [[]]
+    with cond:  # answered: offered again
+        assert slots.offer(float("inf"))[0] == [["tfring-slot-host-2", 1]]

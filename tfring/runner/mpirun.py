@@ -321,10 +321,16 @@ def plan_elastic(args, hosts, np_, address, secret, environ=None, extra_env=None
     args.start_deadline, args.num_ranks = sub.start_deadline, sub.num_ranks
     # Slots are the driver's books: MPI_Comm_spawn must not be refused for a host PRRTE thinks is full.
     extra = [] if "--oversubscribe" in cmd else ["--oversubscribe"]
+    return cmd[:1] + ulfm_args(cmd) + extra + in_place(cmd, env)[1:], env
+
+
+def in_place(cmd, env):
+    """plan()'s mpirun command for an elastic job: without PRRTE's keepalive where the job survives a cut link in
+    place (survives_cut_links); removed only where plan() put it, as a whole (never a part of the user's args)."""
     at = next((i for i in range(len(cmd)) if cmd[i:i + len(KEEPALIVE)] == KEEPALIVE), None)
-    if at is not None and survives_cut_links(env):
-        cmd = cmd[:at] + cmd[at + len(KEEPALIVE):]
-    return cmd[:1] + ulfm_args(cmd) + extra + cmd[1:], env
+    if at is None or not survives_cut_links(env):
+        return cmd
+    return cmd[:at] + cmd[at + len(KEEPALIVE):]
 
 
 def survives_cut_links(environ):

@@ -105,7 +105,8 @@ class ElasticSlotJob(Relaunching, LockedWaits):
         self.slots = RegisteredSlots(self._cond, local, self._say)
         self.slots.regrow = self._regrow
         self.book = ElasticBook(self.slots, max_np, reset_limit, self._say, forward=_FORWARD)
-        self.book.ender = self.ender = SlotEnder(self._cond, self.slots, self._start_again)
+        self.book.ender = self.ender = SlotEnder(self._cond, self.slots, self._start_again,
+                                                 declared=lambda host, pid: (host, pid) in self.book.declared)
         self._exit = self._launch_error = None
         self._relaunch, self._launches = None, 0  # why mpirun must start again, until it does; launches so far
         # /hosts requests (rank 0 makes one at each commit): a relaunch needs one since the last, save the first
@@ -350,6 +351,9 @@ class ElasticSlotJob(Relaunching, LockedWaits):
             launch_env.ELASTIC_STATE_DIR: self._state_dir, launch_env.ELASTIC_DISCOVERY: "1"})
         if restart:
             env[launch_env.ELASTIC_RESTART] = "1"
+        # The ranks' start and exit reports name their launch: a late one of the launch before is not counted.
+        env[launch_env.ELASTIC_LAUNCH] = str(self._launches + 1)
+        self.book.exits.clear(self._launches + 1)
         networks = [self.slots.slots[i]["network"] for i in indexes]
         return {"np": len(ranks), "hosts": hosts, "networks": sorted(set(networks)) if all(networks) else None,
                 "env": env, "args": self._launch_args, "executable": python, "start_timeout": max(int(timeout), 10),

@@ -11,7 +11,7 @@ import time
 from tfring.common import launch_env
 from tfring.common.signed_channel import ProtocolError
 from tfring.runner.launch import parse
-from tfring.runner.mpirun import plan, ulfm_args
+from tfring.runner.mpirun import in_place, plan, ulfm_args
 from tfring.runner.output import Relay, failure_summary, lost_host
 from tfring.runner.processes import die_with_parent, terminate
 from tfring.runner.slots.net import route_address
@@ -68,10 +68,12 @@ class Launcher:
         client: the DriverClient of the slot.
         spec: the driver's launch spec (service.SlotService._launch_spec).
         secret: the job's secret (put in mpirun's environment, forwarded by name).
+        done: callable() -> whether every rank reported its exit (elastic: supervise.Mpirun.wait ends an mpirun
+            that lingers after it, e.g. waiting for the daemon of a host cut off), or None.
     """
 
-    def __init__(self, client, spec, secret):
-        self.client, self.rc, self.proc = client, None, None
+    def __init__(self, client, spec, secret, done=None):
+        self.client, self.rc, self.proc, self.done = client, None, None, done
         self.launch = (spec or {}).get("launch", 0)  # which of the driver's launches (an old one's report is old)
         self.report = None  # {"rc", "summary"[, "error"]} once mpirun exited or failed to start
         self.acked = threading.Event()  # the driver has the report (from /exit or a status reply)
@@ -96,6 +98,8 @@ class Launcher:
             list(spec.get("args") or []) + ["--", python, os.path.join(HERE, "rank.py")]
         args = parse(argv)
         cmd, env = plan(args, env)
+        if spec.get("ulfm"):
+            cmd = in_place(cmd, env)  # no PRRTE keepalive where a cut link is survived in place
         # An elastic job's ULFM (the user's --mca coll in the job's args wins, as with tfringrun) and --oversubscribe:
         # hosts may be added later.
         extra = (ulfm_args(cmd) if spec.get("ulfm") else []) + list(spec.get("mpirun") or [])
@@ -137,7 +141,7 @@ class Launcher:
         self.proc = self.mpirun.proc
 
     def _run_once(self):
-        rc = self.mpirun.wait(self.out, self.err)
+        rc = self.mpirun.wait(self.out, self.err, self.done)
         self.late = self.mpirun.late
         return rc
 

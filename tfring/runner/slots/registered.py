@@ -38,6 +38,7 @@ class RegisteredSlots:
         self.daemons = {}  # mpirun host name -> the slot index that runs its PRRTE daemon
         self.launched = set()  # mpirun host names the job runs on
         self.unreachable = set()  # host names of slots not offered (said once)
+        self.ending = {}  # mpirun host name -> orders out to end a silent rank there (slot_ender): not offered
         self.local_anchor = [os.getpid(), start_time(os.getpid())]  # mpirun runs in this process
         self.regrow = None  # callable(slot indexes on hosts the job does not run on) -> whether the job starts again
 
@@ -159,7 +160,8 @@ class RegisteredSlots:
     def offer(self, room):
         """The live slots without a rank, at most `room`, as growth mpirun can spawn ([[host, n]]), and which slot
         each process spawned there belongs to ({host: {"anchor", "slots" in local rank order, "new"}})."""
-        free = [i for i in self.live(OFFER_SILENCE) if i not in self.members]
+        free = [i for i in self.live(OFFER_SILENCE)
+                if i not in self.members and self.name(self.slots[i]["host"]) not in self.ending]
         fresh = [i for i in free if not self._known(i)]
         if fresh and room >= 1:
             if self.regrow is not None and self.regrow(fresh):

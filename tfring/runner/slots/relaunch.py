@@ -42,12 +42,15 @@ class Relaunching:
         # mpirun is this thread's child (it dies with the thread: PR_SET_PDEATHSIG), so the thread lives until close.
         while spec is not None:
             client = DriverClient(self.address, self.secret, timeout=10.0, name=SERVICE)
-            self.launcher = Launcher(client, spec, self.secret)
+            self.launcher = Launcher(client, spec, self.secret, done=self._every_rank_exited)
             with self._cond:
                 while self._relaunch is None and not self._closed.is_set():
                     self._cond.wait(0.5)
             self.launcher.stop()
             spec = None if self._closed.is_set() else self._respec()
+
+    def _every_rank_exited(self):  # the launcher ends an mpirun that lingers after it (a daemon cut off)
+        return self.book.exits.complete_size() is not None
 
     def _respec(self):
         """The launch spec of a relaunch on the live slots (up to max_np), once min_np of them are live (at most

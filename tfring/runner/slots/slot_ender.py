@@ -3,8 +3,11 @@ rank can end it (tfring.common.elastic.ender). On the driver's machine the drive
 here: the rank is one of its descendants); on another machine the slot that runs that machine's Open MPI daemon
 does, told in the reply to its next status poll (every second) and answering in the one after (task.end_ranks: only
 a process below that slot). Open MPI then reports the rank's death and the survivors go on as after a kill. When
-that slot does not answer within WAIT seconds (the whole machine froze, or its link is gone), its slots are held out
-and the job starts again without them from the last commit (the job's `relaunch`)."""
+that slot does not answer within WAIT seconds (the whole machine froze, or its link is gone), its slots are held
+out; the survivors, which declared the rank failed to MPI before asking (tfring.common.elastic.ender), have gone on
+in place. Only a rank nobody declared (an older rank side) makes the job start again without the host from the last
+commit (the job's `relaunch`). While an order is out, the host's slots are not offered for growth: a commit of the
+survivors must not take the frozen machine back."""
 import os
 import signal
 import time
@@ -23,10 +26,11 @@ class SlotEnder:
         cond: the job's Condition (the slots' lock; notified when a slot reports what it ended).
         slots: the job's RegisteredSlots (which slot runs each host's daemon).
         relaunch: callable(why) under the lock: the job starts again on its live slots from the last commit.
+        declared: callable(host, pid) under the lock -> whether the survivors declared that rank failed (/silent).
     """
 
-    def __init__(self, cond, slots, relaunch):
-        self.cond, self.slots, self.relaunch = cond, slots, relaunch
+    def __init__(self, cond, slots, relaunch, declared=lambda host, pid: False):
+        self.cond, self.slots, self.relaunch, self.declared = cond, slots, relaunch, declared
         self.orders = {}  # slot index -> pids it is to end
         self.results = {}  # pid -> whether its slot ended it
 
@@ -59,15 +63,25 @@ class SlotEnder:
                 index = self.slots.daemons.get(names.pop()) if len(names) == 1 else None
             if index is None or self.slots.slots[index]["dead"] is True:
                 return False, "not ended: no live slot runs the Open MPI daemon of %s" % host
+            name = self.slots.name(self.slots.slots[index]["host"])  # mpirun's name of the host (offer, lost)
             self.results.pop(pid, None)
             self.orders.setdefault(index, []).append(pid)
+            self.slots.ending[name] = self.slots.ending.get(name, 0) + 1
             deadline = time.monotonic() + WAIT
-            while pid not in self.results and time.monotonic() < deadline:
-                self.cond.wait(deadline - time.monotonic())
+            try:
+                while pid not in self.results and time.monotonic() < deadline:
+                    self.cond.wait(deadline - time.monotonic())
+            finally:
+                self.slots.ending[name] -= 1
+                if not self.slots.ending[name]:
+                    del self.slots.ending[name]
             ended = self.results.pop(pid, None)
             if ended is None:
                 self.orders.pop(index, None)
-                self.slots.lost(host)
+                self.slots.lost(name)
+                if self.declared(host, pid):
+                    return False, "slot %d did not answer within %g s: host %s is held out (the others went on " \
+                        "without it)" % (index, WAIT, host)
                 self.relaunch("host %s stopped responding (slot %d did not answer within %g s)" % (host, index, WAIT))
                 return False, "slot %d did not answer within %g s: the job starts again without host %s" % (
                     index, WAIT, host)
