@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -89,6 +90,20 @@ def test_silent_ranks_the_launcher_arbitrates_who_goes_on():
         assert not book.silent(protocol.silent_request((2, "h2", 30), [(0, "h1", 10)]))["ok"]
         book.declared.clear()  # a new mpirun run: new processes
         assert book.silent(protocol.silent_request((2, "h2", 30), [(0, "h1", 10)]))["ok"]
+
+
+def test_the_survivors_went_on_only_after_a_declaration_and_a_failure_reset_since():
+    # A rank allowed to go on may still fail to declare the silent rank to MPI: only the failure reset that follows
+    # says the survivors went on without it (the slot job's ender then holds its machine out without a restart).
+    for book, _ in _books():
+        book.reset(protocol.reset_request(["h1"], [], "failure"))  # an earlier reset
+        time.sleep(0.01)
+        book.silent(protocol.silent_request((0, "h1", 10), [(2, "h2", 30)]))
+        assert not book.recovered("h2", 30) and not book.recovered("h1", 10)
+        book.reset(protocol.reset_request(["h1"], [], "grow"))
+        assert not book.recovered("h2", 30)
+        book.reset(protocol.reset_request(["h1"], [], "failure"))
+        assert book.recovered("h2", 30) and not book.recovered("h2", 31)
 
 
 def test_a_ranks_log_line_is_cleaned_and_capped_alike():

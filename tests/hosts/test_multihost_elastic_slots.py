@@ -237,6 +237,8 @@ def test_cut_link_the_survivors_go_on_in_place(hosts, tmp_path):
             time.sleep(0.1)
         assert not alive(cut["rank"]), log
         print("the cut-off rank ended %.1f s after the cut" % (time.time() - cut["t"]))
+        # mpirun waits for h2's daemon at the end: the driver ends it 5 s after every rank reported its exit.
+        assert t.job.stop(15) and "every rank reported its exit 5 s ago, but mpirun has not ended" in t.log(), t.log()
     finally:
         t.close()
         _nh("link", "h2", "up")

@@ -91,14 +91,14 @@ def test_a_report_of_anything_but_pid_and_outcome_is_ignored():
     assert ender.results == {1: True}
 
 
-def test_a_declared_rank_whose_slot_does_not_answer_holds_the_machine_out_without_a_restart(monkeypatch):
-    # The survivors declared the rank failed to MPI (/silent) before asking: they went on in place, so a machine
-    # that froze or was cut off is only held out; a rank nobody declared still makes the job start again (above).
+def test_a_rank_the_survivors_went_on_without_whose_slot_does_not_answer_holds_the_machine_out(monkeypatch):
+    # The survivors declared the rank failed to MPI (/silent) and shrank: they went on in place, so a machine that
+    # froze or was cut off is only held out; otherwise the job still starts again without it (above).
     monkeypatch.setattr(slot_ender, "WAIT", 0.2)
-    relaunched, declared = [], {("tfring-slot-host-2", 4242)}
+    relaunched, recovered = [], {("tfring-slot-host-2", 4242)}
     cond, slots, _ = _job(relaunched)
     ender = SlotEnder(cond, slots, lambda why: relaunched.append(why) or True,
-                      declared=lambda host, pid: (host, pid) in declared)
+                      recovered=lambda host, pid: (host, pid) in recovered)
     ended, message = ender("tfring-slot-host-2", 4242)
     assert not ended and message == "slot 1 did not answer within 0.2 s: host tfring-slot-host-2 is held out " \
                                     "(the others went on without it)"

@@ -40,8 +40,8 @@ class ElasticBook:
         self.resets = 0
         self.host_requests = 0  # /hosts requests so far (one per commit of rank 0)
         self.reasons = []  # (time, "failure" | "grow", ranks) of each reset rank 0 reported
-        # (host, pid) of each rank some rank declared silent (/silent) -> who did: the arbiter's memory. Cleared
-        # for each mpirun run (new processes; a pid may come back).
+        # (host, pid) of each rank some rank declared silent (/silent) -> (who did, when): the arbiter's memory.
+        # Cleared for each mpirun run (new processes; a pid may come back).
         self.declared = {}
 
     def hosts(self, payload):
@@ -138,13 +138,21 @@ class ElasticBook:
         with self.source.lock:
             by = self.declared.get(me[1:])
             if by is not None:
-                return {"ok": False, "message": "rank %d declared this rank silent first" % by}
+                return {"ok": False, "message": "rank %d declared this rank silent first" % by[0]}
             new = [s for s in silent if s[1:] not in self.declared]
-            self.declared.update((s[1:], me[0]) for s in new)
+            now = time.time()
+            self.declared.update((s[1:], (me[0], now)) for s in new)
         for rank, host, pid in new:
             self._say("rank %d (host %s, pid %d) stopped responding: the others go on without it (rank %d)" % (
                 rank, host, pid, me[0]))
         return {"ok": True, "message": ""}
+
+    def recovered(self, host, pid):
+        """Under the lock: whether the survivors went on without a rank: it was declared silent (/silent) and rank 0
+        reported a failure reset since (a rank allowed to go on may still fail to declare it to MPI: a thread level
+        below MPI_THREAD_MULTIPLE, an Open MPI without the entry point)."""
+        at = self.declared.get((host, pid))
+        return at is not None and any(reason == "failure" and t >= at[1] for t, reason, _ in self.reasons)
 
     def log(self, payload):
         """Handler of `/log`: a rank's message, as one cleaned line (protocol.check_log)."""

@@ -52,7 +52,8 @@ SLOT_SILENCE = 30.0  # seconds without a slot's status poll (every second) befor
 # the job's non-secret settings (the secret: the daemon's environment; the rest: the driver's /env).
 _FORWARD = (launch_env.ELASTIC, launch_env.ELASTIC_DRIVER, launch_env.ELASTIC_MIN_NP, launch_env.ELASTIC_MAX_NP,
             launch_env.ELASTIC_TIMEOUT, launch_env.ELASTIC_RESET_LIMIT, launch_env.ELASTIC_COMMAND,
-            launch_env.SLOT_DRIVER, COMMIT_DIR, launch_env.ELASTIC_STATE_DIR, launch_env.ELASTIC_DISCOVERY)
+            launch_env.SLOT_DRIVER, COMMIT_DIR, launch_env.ELASTIC_STATE_DIR, launch_env.ELASTIC_DISCOVERY,
+            launch_env.ELASTIC_LAUNCH)
 
 
 class ElasticSlotJob(Relaunching, LockedWaits):
@@ -106,7 +107,7 @@ class ElasticSlotJob(Relaunching, LockedWaits):
         self.slots.regrow = self._regrow
         self.book = ElasticBook(self.slots, max_np, reset_limit, self._say, forward=_FORWARD)
         self.book.ender = self.ender = SlotEnder(self._cond, self.slots, self._start_again,
-                                                 declared=lambda host, pid: (host, pid) in self.book.declared)
+                                                 recovered=self.book.recovered)
         self._exit = self._launch_error = None
         self._relaunch, self._launches = None, 0  # why mpirun must start again, until it does; launches so far
         # /hosts requests (rank 0 makes one at each commit): a relaunch needs one since the last, save the first

@@ -75,6 +75,10 @@ class RegisteredSlots:
         return sorted(i for i, s in self.slots.items()
                       if not s["dead"] and (fresh is None or now - s["seen"] <= fresh))
 
+    def usable(self):
+        """The live slots a launch or a growth may use: not on a host with an order out to end a silent rank."""
+        return [i for i in self.live() if self.name(self.slots[i]["host"]) not in self.ending]
+
     def name(self, host):
         """The mpirun host name of a host identity: localhost for the launcher's host; else the machine's own name
         when it is a plain host name no other host uses (Open MPI knows a daemon by the name it reports, and
@@ -160,8 +164,8 @@ class RegisteredSlots:
     def offer(self, room):
         """The live slots without a rank, at most `room`, as growth mpirun can spawn ([[host, n]]), and which slot
         each process spawned there belongs to ({host: {"anchor", "slots" in local rank order, "new"}})."""
-        free = [i for i in self.live(OFFER_SILENCE)
-                if i not in self.members and self.name(self.slots[i]["host"]) not in self.ending]
+        usable = set(self.usable())
+        free = [i for i in self.live(OFFER_SILENCE) if i not in self.members and i in usable]
         fresh = [i for i in free if not self._known(i)]
         if fresh and room >= 1:
             if self.regrow is not None and self.regrow(fresh):

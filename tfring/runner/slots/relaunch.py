@@ -58,9 +58,10 @@ class Relaunching:
         deadline = time.monotonic() + self._timeout
         with self._cond:
             self._say("%s: starting the job again on the live slots from the last commit" % self._relaunch)
-            while len(self.slots.live()) < self.min_np and time.monotonic() < deadline and not self._closed.is_set():
+            while len(self.slots.usable()) < self.min_np and time.monotonic() < deadline and \
+                    not self._closed.is_set():
                 self._cond.wait(0.5)
-            live = self.slots.live()
+            live = self.slots.usable()  # not a machine whose silent rank is being ended
             if len(live) < self.min_np or self._closed.is_set():
                 self._exit = (1, "%s, and only %d live slots within %d s (min_np %d)" % (
                     self._relaunch, len(live), self._timeout, self.min_np))

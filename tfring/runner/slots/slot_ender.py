@@ -4,10 +4,11 @@ here: the rank is one of its descendants); on another machine the slot that runs
 does, told in the reply to its next status poll (every second) and answering in the one after (task.end_ranks: only
 a process below that slot). Open MPI then reports the rank's death and the survivors go on as after a kill. When
 that slot does not answer within WAIT seconds (the whole machine froze, or its link is gone), its slots are held
-out; the survivors, which declared the rank failed to MPI before asking (tfring.common.elastic.ender), have gone on
-in place. Only a rank nobody declared (an older rank side) makes the job start again without the host from the last
-commit (the job's `relaunch`). While an order is out, the host's slots are not offered for growth: a commit of the
-survivors must not take the frozen machine back."""
+out: the survivors, which declared the rank failed to MPI before asking (tfring.common.elastic.ender), have gone on
+in place. Only a rank the survivors did not go on without (not declared, or a declaration MPI did not take: no
+failure reset since) makes the job start again without the host from the last commit (the job's `relaunch`).
+While an order is out, the host's slots are not offered for growth: a commit of the survivors must not take the
+frozen machine back."""
 import os
 import signal
 import time
@@ -26,11 +27,12 @@ class SlotEnder:
         cond: the job's Condition (the slots' lock; notified when a slot reports what it ended).
         slots: the job's RegisteredSlots (which slot runs each host's daemon).
         relaunch: callable(why) under the lock: the job starts again on its live slots from the last commit.
-        declared: callable(host, pid) under the lock -> whether the survivors declared that rank failed (/silent).
+        recovered: callable(host, pid) under the lock -> whether the survivors went on without that rank
+            (book.ElasticBook.recovered).
     """
 
-    def __init__(self, cond, slots, relaunch, declared=lambda host, pid: False):
-        self.cond, self.slots, self.relaunch, self.declared = cond, slots, relaunch, declared
+    def __init__(self, cond, slots, relaunch, recovered=lambda host, pid: False):
+        self.cond, self.slots, self.relaunch, self.recovered = cond, slots, relaunch, recovered
         self.orders = {}  # slot index -> pids it is to end
         self.results = {}  # pid -> whether its slot ended it
 
@@ -79,7 +81,7 @@ class SlotEnder:
             if ended is None:
                 self.orders.pop(index, None)
                 self.slots.lost(name)
-                if self.declared(host, pid):
+                if self.recovered(host, pid):
                     return False, "slot %d did not answer within %g s: host %s is held out (the others went on " \
                         "without it)" % (index, WAIT, host)
                 self.relaunch("host %s stopped responding (slot %d did not answer within %g s)" % (host, index, WAIT))
