@@ -210,51 +210,38 @@ def test_frozen_rank_alone_on_its_host_is_ended_through_its_slot(hosts, tmp_path
         t.close()
 
 
-def test_frozen_host_is_held_out_and_the_survivors_go_on_in_place(hosts, tmp_path):
-    # Slot 2 cannot carry out the driver's order (its whole machine froze): the survivors declared its rank failed
-    # at the deadline and went on; after 5 s the driver holds h2's slots out, and the job goes on without a restart.
+@pytest.mark.parametrize("fault", ["host", "cut"])
+def test_a_frozen_host_or_a_cut_link_is_held_out_and_the_survivors_go_on_in_place(hosts, tmp_path, fault):
+    # "host": slot 2's whole machine froze (slot, daemon, rank); "cut": h2's link goes down, its slot and rank alive
+    # but silent. At the deadline the driver (on h1) confirms the survivors, they declare the rank failed to MPI and
+    # shrink (PRRTE, without its keepalive, never notices the lost daemon); slot 2 cannot carry out the driver's
+    # order to end the rank, so after 5 s the driver holds h2's slots out, and the job goes on without a restart.
     t = _frozen_job(tmp_path)
     try:
-        res, frozen = _freeze_and_train(t, "host")
+        res, at = _freeze_and_train(t, fault)
+        held = "slot 2 did not answer within 5 s: host h2 is held out (the others went on without it)"
+        while held not in t.log() and time.time() < at["t"] + 20:  # the order's 5 s may end after the training
+            time.sleep(0.1)
         log = t.log()
-        _in_place(t, res, log, frozen)
+        assert held in log, log
+        assert "declared rank 2 (host h2) failed to MPI" in log and "reset (failure): 3 -> 2 ranks" in log, log
+        assert "starting the job again" not in log, log
+        assert sorted(r["slot"] for r in res) == ["0", "1"] and all(r["size"] == 2 for r in res), log
+        assert len({r["state"] for r in res}) == 1, log
+        reasons = t.job.book.reasons
+        assert [r[1:] for r in reasons] == [("failure", 2)], reasons  # one shrink, no other reset
+        print("%s: the fault to the failure reset: %.1f s" % (fault, reasons[0][0] - at["t"]))
+        assert reasons[0][0] - at["t"] <= 3 + 5, reasons  # the stall deadline + 5 s (#45)
+        if fault == "cut":
+            while alive(at["rank"]) and time.time() < at["t"] + 20:  # it ends itself once /silent is unreachable
+                time.sleep(0.1)
+            assert not alive(at["rank"]), log
+            print("the cut-off rank ended %.1f s after the cut" % (time.time() - at["t"]))
+            # mpirun waits for h2's daemon at the end: the driver ends it 5 s after every rank reported its exit.
+            assert t.job.stop(15) and "every rank reported its exit 5 s ago, but mpirun has not ended" in t.log(), \
+                t.log()
     finally:
-        for p in psutil.Process(t.procs[2].pid).children(recursive=True) if t.procs[2:] else []:
+        for p in psutil.Process(t.procs[2].pid).children(recursive=True) if fault == "host" and t.procs[2:] else []:
             p.kill()  # SIGKILL ends a stopped process too
         t.close()
-
-
-def test_cut_link_the_survivors_go_on_in_place(hosts, tmp_path):
-    # h2's link goes down: its rank and slot are alive but silent. At the deadline the driver (on h1) confirms the
-    # survivors, they declare the rank failed and shrink (PRRTE, without its keepalive, never notices the lost
-    # daemon); the cut-off rank cannot reach the driver and ends itself.
-    t = _frozen_job(tmp_path)
-    try:
-        res, cut = _freeze_and_train(t, "cut")
-        log = t.log()
-        _in_place(t, res, log, cut)
-        while alive(cut["rank"]) and time.time() < cut["t"] + 20:  # it ends itself once /silent is unreachable
-            time.sleep(0.1)
-        assert not alive(cut["rank"]), log
-        print("the cut-off rank ended %.1f s after the cut" % (time.time() - cut["t"]))
-        # mpirun waits for h2's daemon at the end: the driver ends it 5 s after every rank reported its exit.
-        assert t.job.stop(15) and "every rank reported its exit 5 s ago, but mpirun has not ended" in t.log(), t.log()
-    finally:
-        t.close()
         _nh("link", "h2", "up")
-
-
-def _in_place(t, res, log, fault):
-    held = "slot 2 did not answer within 5 s: host h2 is held out (the others went on without it)"
-    while held not in t.log() and time.time() < fault["t"] + 20:  # the order's 5 s may end after the training
-        time.sleep(0.1)
-    log = t.log()
-    assert "slot 2 did not answer within 5 s: host h2 is held out (the others went on without it)" in log, log
-    assert "declared rank 2 (host h2) failed to MPI" in log and "reset (failure): 3 -> 2 ranks" in log, log
-    assert "starting the job again" not in log, log
-    assert sorted(r["slot"] for r in res) == ["0", "1"] and all(r["size"] == 2 for r in res), log
-    assert len({r["state"] for r in res}) == 1, log
-    reasons = t.job.book.reasons
-    assert [r[1:] for r in reasons] == [("failure", 2)], reasons  # one shrink, no other reset
-    print("fault to the failure reset: %.1f s" % (reasons[0][0] - fault["t"]))
-    assert reasons[0][0] - fault["t"] <= 3 + 5, reasons  # the stall deadline + 5 s (#45)

@@ -77,7 +77,10 @@ class RegisteredSlots:
 
     def usable(self):
         """The live slots a launch or a growth may use: not on a host with an order out to end a silent rank."""
-        return [i for i in self.live() if self.name(self.slots[i]["host"]) not in self.ending]
+        live = self.live()
+        if not self.ending:  # name() makes up a host's name on first use: not here, in slot order
+            return live
+        return [i for i in live if self.name(self.slots[i]["host"]) not in self.ending]
 
     def name(self, host):
         """The mpirun host name of a host identity: localhost for the launcher's host; else the machine's own name
