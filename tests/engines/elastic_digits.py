@@ -11,7 +11,8 @@ import time
 
 def train(log_dir, epochs=4, kill=None, batches_per_commit=4, step_sleep=0.05, min_final_size=None):
     """kill: (rank, step) or None. Returns (rank, size, weights digest, validation accuracy, steps trained);
-    with min_final_size, keeps training (up to 8 more epochs) until the job has that many ranks again."""
+    with min_final_size, keeps training (up to 8 more epochs) until it trained a step with that many ranks again
+    (not only until it has them: a growth at the last commit would end the job without a step at that size)."""
     import torch
     import torch.nn.functional as F
     from sklearn.datasets import load_digits
@@ -41,7 +42,9 @@ def train(log_dir, epochs=4, kill=None, batches_per_commit=4, step_sleep=0.05, m
 
     @hvd.elastic.run
     def loop(state):
-        while state.epoch < epochs or (min_final_size and hvd.size() < min_final_size and state.epoch < epochs + 8):
+        def short():  # no step trained at the final size yet
+            return min_final_size and state.trained_size < min_final_size and state.epoch < epochs + 8
+        while state.epoch < epochs or short():
             model.train()
             for i, (xb, yb) in enumerate(loader):
                 if kill and hvd.rank() == kill[0] and state.steps == kill[1] and not os.path.exists(mark):
@@ -54,7 +57,7 @@ def train(log_dir, epochs=4, kill=None, batches_per_commit=4, step_sleep=0.05, m
                 optimizer.zero_grad()
                 F.cross_entropy(model(xb), yb).backward()
                 optimizer.step()
-                state.steps += 1
+                state.steps, state.trained_size = state.steps + 1, hvd.size()
                 with open(me, "a") as f:
                     f.write("%.4f %d %d\n" % (time.time(), state.steps, hvd.size()))
                 state.sampler.record_batch(i, 16)
@@ -65,7 +68,7 @@ def train(log_dir, epochs=4, kill=None, batches_per_commit=4, step_sleep=0.05, m
             state.sampler.set_epoch(state.epoch)
             state.commit()
 
-    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, steps=0)
+    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, steps=0, trained_size=0)
     state.register_reset_callbacks([on_reset])
     loop(state)
     model.eval()
