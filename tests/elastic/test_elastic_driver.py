@@ -293,14 +293,12 @@ def test_a_short_stall_deadline_drops_prrtes_keepalive(environ, keepalive):
 @pytest.mark.parametrize("stall,keepalive", [(None, True), ("5", False), ("61", True)])
 def test_a_slot_jobs_mpirun_drops_the_keepalive_alike(stall, keepalive):
     # Spark's and Ray's elastic jobs (slot 0's launcher): the same rule as tfringrun's.
-    from tfring.runner.slots.launcher import Launcher
-    launcher = object.__new__(Launcher)  # command() only needs the slot's client
-    launcher.client = DriverClient("10.1.2.3:4444", new_secret())
+    from tfring.runner.slots.launcher import mpirun_command
     env = {k: v for k, v in os.environ.items() if "STALL" not in k}
     env.update({"TFRING_STALL_SHUTDOWN_TIME_SECONDS": stall} if stall else {})
     spec = {"np": 2, "hosts": [["localhost", 1, "10.1.2.3:1"], ["h2", 1, "10.1.2.4:1"]], "start_timeout": 30,
             "env": env, "ulfm": True}
-    cmd, _, _ = launcher.command(spec, new_secret())
+    cmd, _, _ = mpirun_command(DriverClient("10.1.2.3:4444", new_secret()), spec, new_secret())
     assert ("oob_tcp_keepalive_time" in cmd) == keepalive and ("oob_tcp_keepalive_probes" in cmd) == keepalive
     assert "ulfm" in cmd
 

@@ -86,41 +86,8 @@ class Launcher:
             threading.Thread(target=self._post_exit, daemon=True).start()
 
     def command(self, spec, secret):
-        """(mpirun's command line, its environment, the tfringrun arguments as plan() completed them) for the spec."""
-        client = self.client
-        env = dict(os.environ if spec.get("env") is None else spec["env"])
-        env.update({launch_env.SLOT_DRIVER: client.address, launch_env.SLOT_SECRET: secret,
-                    launch_env.SLOT_HOSTS: json.dumps({h: a for h, _, a in spec["hosts"] if h != LOCAL_HOST}),
-                    launch_env.SLOT_MAP: json.dumps(spec.get("slots") or [])})
-        python = spec.get("executable") or sys.executable
-        hosts = ",".join("%s:%d" % (h, n) for h, n, _ in spec["hosts"])
-        argv = ["-np", str(spec["np"]), "-H", hosts, "--start-timeout", str(spec["start_timeout"])] + \
-            list(spec.get("args") or []) + ["--", python, os.path.join(HERE, "rank.py")]
-        args = parse(argv)
-        cmd, env = plan(args, env)
-        if spec.get("ulfm"):
-            cmd = in_place(cmd, env)  # no PRRTE keepalive where a cut link is survived in place
-        # An elastic job's ULFM (the user's --mca coll in the job's args wins, as with tfringrun) and --oversubscribe:
-        # hosts may be added later.
-        extra = (ulfm_args(cmd) if spec.get("ulfm") else []) + list(spec.get("mpirun") or [])
-        if len(spec["hosts"]) > 1 or spec["hosts"][0][0] != LOCAL_HOST or spec.get("ulfm"):
-            # The other hosts' daemons: started by the agent through their slot's task service, each a child of
-            # that slot (no tree spawn: only this slot knows the hosts; attached: no --daemonize, which would
-            # detach the daemon from the slot).
-            extra += ["--prtemca", "plm_ssh_agent", "%s %s" % (python, os.path.join(HERE, "agent.py")),
-                      "--prtemca", "plm_ssh_no_tree_spawn", "1", "--leave-session-attached"]
-        if not args.nics:
-            # Rank traffic on the networks of the interfaces the slots reach the driver on (shared memory within a
-            # host). The daemons get the same values: each host must find its own interface in them (a list of
-            # each host's address/32 breaks PRRTE's out-of-band setup), hence the networks.
-            networks = spec.get("networks") or [route_address(client.host) + "/32"]
-            include = ",".join(sorted(set(networks)))
-            extra += ["--mca", "btl_tcp_if_include", include]
-            # PRRTE 3.0 never gives a remote daemon a loopback out-of-band address: several "hosts" on one machine
-            # (TFRING_SLOT_HOST_ID tests) leave PRRTE its default choice.
-            if len(spec["hosts"]) > 1 and not any(n.startswith("127.") for n in networks):
-                extra += ["--mca", "oob_tcp_if_include", include]
-        return cmd[:1] + extra + cmd[1:], env, args
+        """mpirun_command for this slot's client (a test's subclass may run another command)."""
+        return mpirun_command(self.client, spec, secret)
 
     def _start(self, spec, secret):
         self.cmd, self.env, args = self.command(spec, secret)
@@ -183,3 +150,41 @@ class Launcher:
         if self.proc is not None:
             terminate(self.proc, grace=5.0)
         self.closed.set()
+
+
+def mpirun_command(client, spec, secret):
+    """(mpirun's command line, its environment, the tfringrun arguments as plan() completed them) for the driver's
+    launch spec, `client` being the slot's DriverClient."""
+    env = dict(os.environ if spec.get("env") is None else spec["env"])
+    env.update({launch_env.SLOT_DRIVER: client.address, launch_env.SLOT_SECRET: secret,
+                launch_env.SLOT_HOSTS: json.dumps({h: a for h, _, a in spec["hosts"] if h != LOCAL_HOST}),
+                launch_env.SLOT_MAP: json.dumps(spec.get("slots") or [])})
+    python = spec.get("executable") or sys.executable
+    hosts = ",".join("%s:%d" % (h, n) for h, n, _ in spec["hosts"])
+    argv = ["-np", str(spec["np"]), "-H", hosts, "--start-timeout", str(spec["start_timeout"])] + \
+        list(spec.get("args") or []) + ["--", python, os.path.join(HERE, "rank.py")]
+    args = parse(argv)
+    cmd, env = plan(args, env)
+    if spec.get("ulfm"):
+        cmd = in_place(cmd, env)  # no PRRTE keepalive where a cut link is survived in place
+    # An elastic job's ULFM (the user's --mca coll in the job's args wins, as with tfringrun) and --oversubscribe:
+    # hosts may be added later.
+    extra = (ulfm_args(cmd) if spec.get("ulfm") else []) + list(spec.get("mpirun") or [])
+    if len(spec["hosts"]) > 1 or spec["hosts"][0][0] != LOCAL_HOST or spec.get("ulfm"):
+        # The other hosts' daemons: started by the agent through their slot's task service, each a child of
+        # that slot (no tree spawn: only this slot knows the hosts; attached: no --daemonize, which would
+        # detach the daemon from the slot).
+        extra += ["--prtemca", "plm_ssh_agent", "%s %s" % (python, os.path.join(HERE, "agent.py")),
+                  "--prtemca", "plm_ssh_no_tree_spawn", "1", "--leave-session-attached"]
+    if not args.nics:
+        # Rank traffic on the networks of the interfaces the slots reach the driver on (shared memory within a
+        # host). The daemons get the same values: each host must find its own interface in them (a list of
+        # each host's address/32 breaks PRRTE's out-of-band setup), hence the networks.
+        networks = spec.get("networks") or [route_address(client.host) + "/32"]
+        include = ",".join(sorted(set(networks)))
+        extra += ["--mca", "btl_tcp_if_include", include]
+        # PRRTE 3.0 never gives a remote daemon a loopback out-of-band address: several "hosts" on one machine
+        # (TFRING_SLOT_HOST_ID tests) leave PRRTE its default choice.
+        if len(spec["hosts"]) > 1 and not any(n.startswith("127.") for n in networks):
+            extra += ["--mca", "oob_tcp_if_include", include]
+    return cmd[:1] + extra + cmd[1:], env, args
